@@ -1,3 +1,3 @@
-"""fedsv: shared code for coordinator and participants (models, data, partitions, training, wire codec, CLI)."""
+"""fedsv: code shared by coordinator and participants (models, data, partitions, training, codec, CLI)."""
 
 __version__ = "0.1.0"

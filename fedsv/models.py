@@ -107,7 +107,9 @@ MODELS: dict[str, Callable[..., StemHeadModule]] = {
 }
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int = 10, seed: int = 0) -> StemHeadModule:
+def build_model(
+    name: str, input_shape: tuple[int, ...], num_classes: int = 10, seed: int = 0
+) -> StemHeadModule:
     """Instantiate a model by name with seeded initial weights.
 
     "cnn" picks the CNN that fits the input: MnistCNN for 1x28x28, CifarCNN for 3x32x32.
