@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Union
 
 import numpy as np
 import numpy.typing as npt
 
 logger = logging.getLogger(__name__)
 
-Subset = Union[frozenset[int], int]
+Subset = frozenset[int] | int
 """A coalition: a frozenset of player indices 0..m-1, or an int bitmask (bit i = player i)."""
 
 BoolMatrix = npt.NDArray[np.bool_]

@@ -1,0 +1,186 @@
+"""Across-rounds accounting of the federated Shapley value: per-round values summed per participant."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from valuation.api import make_estimator
+from valuation.game import Game
+from valuation.loo import LeaveOneOut
+
+logger = logging.getLogger(__name__)
+
+TOTAL_KEYS = ("fedsv", "fedsv_normalized", "loo", "loo_normalized")
+
+
+@dataclass
+class RoundValues:
+    """One round's values of its selected participants (index i = participants[i]).
+
+    utility_before = U(I_1..t-1) (the round game's U(empty)); utility_after = U(I_1..t) (its U(all)).
+    method: the Shapley method actually used; evaluations: distinct coalitions evaluated for both
+    the estimator and leave-one-out; seconds: wall time of both.
+    """
+
+    round: int
+    participants: list[str]
+    fedsv: npt.NDArray[np.float64]
+    loo: npt.NDArray[np.float64]
+    utility_before: float
+    utility_after: float
+    method: str
+    evaluations: int
+    seconds: float
+    stderr: npt.NDArray[np.float64] | None = None
+
+    def __post_init__(self) -> None:
+        self.fedsv = np.asarray(self.fedsv, dtype=np.float64)
+        self.loo = np.asarray(self.loo, dtype=np.float64)
+        n = len(self.participants)
+        if not all(isinstance(p, str) for p in self.participants):
+            raise ValueError(f"round {self.round}: participant ids must be strings")
+        if len(set(self.participants)) != n:
+            raise ValueError(f"round {self.round}: duplicate participant ids {self.participants}")
+        if self.fedsv.shape != (n,) or self.loo.shape != (n,):
+            raise ValueError(
+                f"round {self.round}: {n} participants but fedsv {self.fedsv.shape} and loo {self.loo.shape}"
+            )
+
+    @property
+    def group_rationality_residual(self) -> float:
+        """sum_i s_t(i) - (U(I_1..t) - U(I_1..t-1)); zero for exact and group-testing values."""
+        return float(np.sum(self.fedsv) - (self.utility_after - self.utility_before))
+
+
+def _normalized(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """values / ||values||_2; a zero vector stays zero."""
+    norm = float(np.linalg.norm(values))
+    return values / norm if norm > 0 else np.zeros_like(values)
+
+
+def value_round(
+    game: Game,
+    participant_ids: Sequence[str],
+    round: int,
+    method: str = "auto",
+    eps: float = 0.05,
+    delta: float = 0.05,
+    seed: int = 0,
+    utility_range: float = 1.0,
+    max_exact_players: int = 20,
+) -> RoundValues:
+    """Run the chosen Shapley estimator and leave-one-out on one round's game (shared cache), timed."""
+    ids = list(participant_ids)
+    if len(ids) != game.m:
+        raise ValueError(f"round {round}: {len(ids)} participant ids for a game of {game.m} players")
+    before = game.evaluations
+    start = time.perf_counter()
+    estimator = make_estimator(
+        method,
+        game.m,
+        eps=eps,
+        delta=delta,
+        seed=seed,
+        utility_range=utility_range,
+        max_exact_players=max_exact_players,
+    )
+    result = estimator.run(game)
+    loo = LeaveOneOut().run(game)
+    seconds = time.perf_counter() - start
+    rv = RoundValues(
+        round=int(round),
+        participants=ids,
+        fedsv=result.values,
+        loo=loo.values,
+        utility_before=loo.utility_empty,
+        utility_after=loo.utility_grand,
+        method=result.method,
+        evaluations=game.evaluations - before,
+        seconds=seconds,
+        stderr=result.stderr,
+    )
+    logger.info(
+        "round %d: %s over %d participants, %d evaluations, %.3fs, residual %.2e",
+        rv.round,
+        rv.method,
+        game.m,
+        rv.evaluations,
+        seconds,
+        rv.group_rationality_residual,
+    )
+    return rv
+
+
+class FederatedValuation:
+    """The federated SV over rounds: a participant's value is the sum over the rounds it was selected in."""
+
+    def __init__(self) -> None:
+        self._rounds: dict[int, RoundValues] = {}
+
+    def add_round(self, rv: RoundValues) -> None:
+        if rv.round in self._rounds:
+            raise ValueError(f"round {rv.round} already recorded")
+        self._rounds[rv.round] = rv
+
+    def value_round(
+        self,
+        game: Game,
+        participant_ids: Sequence[str],
+        round: int,
+        method: str = "auto",
+        eps: float = 0.05,
+        delta: float = 0.05,
+        seed: int = 0,
+        utility_range: float = 1.0,
+        max_exact_players: int = 20,
+    ) -> RoundValues:
+        """Compute one round's values (see value_round()), record them and return them."""
+        if round in self._rounds:
+            raise ValueError(f"round {round} already recorded")
+        rv = value_round(
+            game, participant_ids, round, method, eps, delta, seed, utility_range, max_exact_players
+        )
+        self.add_round(rv)
+        return rv
+
+    def per_round(self) -> list[RoundValues]:
+        """The recorded rounds in round order."""
+        return [self._rounds[r] for r in sorted(self._rounds)]
+
+    def participants(self) -> list[str]:
+        """Every participant selected in at least one round, in order of first appearance."""
+        seen: dict[str, None] = {}
+        for rv in self.per_round():
+            seen.update(dict.fromkeys(rv.participants))
+        return list(seen)
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """Per participant: fedsv, fedsv_normalized, loo, loo_normalized summed over rounds.
+
+        Normalized variants divide each round's value vector by its L2 norm before summing.
+        Participants never selected do not appear.
+        """
+        out: dict[str, dict[str, float]] = {
+            key: dict.fromkeys(self.participants(), 0.0) for key in TOTAL_KEYS
+        }
+        for rv in self.per_round():
+            vectors = {
+                "fedsv": rv.fedsv,
+                "fedsv_normalized": _normalized(rv.fedsv),
+                "loo": rv.loo,
+                "loo_normalized": _normalized(rv.loo),
+            }
+            for key, vector in vectors.items():
+                for pid, value in zip(rv.participants, vector, strict=True):
+                    out[key][pid] += float(value)
+        return out
+
+    def group_rationality_residuals(self) -> dict[int, float]:
+        """Per round: sum_i s_t(i) - (U_after - U_before)."""
+        return {rv.round: rv.group_rationality_residual for rv in self.per_round()}
