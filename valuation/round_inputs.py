@@ -1,0 +1,142 @@
+"""Validated inputs of a round's game: w_t, the deltas, sample counts, validation data, metric."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from valuation.game import BoolMatrix, FloatArray
+
+logger = logging.getLogger(__name__)
+
+METRICS = ("accuracy", "neg_loss")
+AGGREGATIONS = ("fedavg", "uniform")
+
+
+def _as_tensor(value: Tensor | np.ndarray, what: str) -> Tensor:
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, Tensor):
+        return value.detach()
+    raise ValueError(f"{what} must be a torch.Tensor or numpy array, got {type(value).__name__}")
+
+
+@dataclass
+class RoundInputs:
+    """Everything a round's utility needs, checked once: names, shapes, dtypes, finiteness."""
+
+    names: list[str]
+    global_params: dict[str, Tensor]
+    deltas: list[dict[str, Tensor]]
+    weights: Tensor  # aggregation weight per participant (sample counts, or ones)
+    server_lr: float
+    x_val: Tensor
+    y_val: Tensor
+    metric: str
+    _delta_matrices: dict[str, Tensor] = field(default_factory=dict)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.y_val.shape[0])
+
+    def delta_matrix(self, name: str) -> Tensor:
+        """The m deltas of one parameter as a (m, numel) matrix, built once."""
+        if name not in self._delta_matrices:
+            self._delta_matrices[name] = torch.stack([d[name].reshape(-1) for d in self.deltas])
+        return self._delta_matrices[name]
+
+    @classmethod
+    def build(
+        cls,
+        model: nn.Module,
+        global_params: Mapping[str, Tensor],
+        deltas: Sequence[Mapping[str, Tensor]],
+        sample_counts: Sequence[float],
+        x_val: Tensor | np.ndarray,
+        y_val: Tensor | np.ndarray,
+        metric: str,
+        aggregation: str,
+        server_lr: float,
+    ) -> RoundInputs:
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {list(AGGREGATIONS)}")
+        if not math.isfinite(server_lr) or server_lr <= 0:
+            raise ValueError(f"server_lr must be a positive finite number, got {server_lr}")
+        if len(deltas) == 0:
+            raise ValueError("empty round: a round game needs at least one participant's delta")
+        if len(sample_counts) != len(deltas):
+            raise ValueError(f"{len(sample_counts)} sample counts for {len(deltas)} deltas")
+        counts = np.asarray(sample_counts, dtype=np.float64)
+        if not np.all(np.isfinite(counts)) or np.any(counts <= 0):
+            raise ValueError("sample counts must be positive and finite")
+
+        names = [name for name, _ in model.named_parameters()]
+        reference = dict(model.named_parameters())
+        glob = cls._check_params(global_params, reference, "global model")
+        dtype = next(iter(glob.values())).dtype
+        checked = [cls._check_params(d, reference, f"delta {i}", dtype) for i, d in enumerate(deltas)]
+
+        x = _as_tensor(x_val, "x_val").to(dtype)
+        y = _as_tensor(y_val, "y_val").long().reshape(-1)
+        if x.shape[0] == 0 or x.shape[0] != y.shape[0]:
+            raise ValueError(
+                f"validation data needs matching non-empty x and y, got {x.shape[0]} and {y.shape[0]}"
+            )
+        weights = torch.from_numpy(counts if aggregation == "fedavg" else np.ones_like(counts)).to(dtype)
+        return cls(names, glob, checked, weights, float(server_lr), x, y, metric)
+
+    @staticmethod
+    def _check_params(
+        params: Mapping[str, Tensor],
+        reference: Mapping[str, Tensor],
+        what: str,
+        dtype: torch.dtype | None = None,
+    ) -> dict[str, Tensor]:
+        missing = sorted(set(reference) - set(params))
+        extra = sorted(set(params) - set(reference))
+        if missing or extra:
+            raise ValueError(
+                f"{what}: tensor names do not match the model (missing {missing}, unexpected {extra})"
+            )
+        out: dict[str, Tensor] = {}
+        for name, ref in reference.items():
+            value = params[name]
+            if not isinstance(value, Tensor):
+                raise ValueError(f"{what}: {name} is a {type(value).__name__}, not a tensor")
+            if tuple(value.shape) != tuple(ref.shape):
+                raise ValueError(
+                    f"{what}: {name} has shape {tuple(value.shape)}, model expects {tuple(ref.shape)}"
+                )
+            if not value.is_floating_point():
+                raise ValueError(f"{what}: {name} has non-float dtype {value.dtype}")
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError(f"{what}: {name} contains non-finite values (NaN or Inf)")
+            out[name] = value.detach().to(dtype if dtype is not None else value.dtype)
+        return out
+
+
+def coalition_weights(members: BoolMatrix, inputs: RoundInputs) -> Tensor:
+    """Per-coalition aggregation coefficients c (B, m): w_t + c @ deltas is the coalition's model."""
+    mask = torch.from_numpy(np.asarray(members, dtype=bool)).to(inputs.weights.dtype)
+    weighted = mask * inputs.weights
+    totals = weighted.sum(dim=1, keepdim=True)
+    coeffs = torch.where(totals > 0, weighted / totals.clamp_min(torch.finfo(totals.dtype).tiny), 0.0)
+    return coeffs * inputs.server_lr
+
+
+def score_logits(logits: Tensor, y: Tensor, metric: str) -> FloatArray:
+    """Sum over samples of the per-sample score, per coalition; logits has shape (B, n, classes)."""
+    if metric == "accuracy":
+        correct = (logits.argmax(dim=-1) == y.unsqueeze(0)).sum(dim=1)
+        return correct.to(torch.float64).numpy()
+    log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
+    picked = log_probs.gather(-1, y.view(1, -1, 1).expand(logits.shape[0], -1, 1)).squeeze(-1)
+    return picked.sum(dim=1).numpy()
