@@ -1,0 +1,29 @@
+# fedsv: `make demo` sets everything up and runs the main job; `make test` runs lint, types and tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install demo test lint bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+demo: install
+	$(BIN)/fedsv demo
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python benchmarks/bench_valuation.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

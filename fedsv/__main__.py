@@ -1,0 +1,7 @@
+"""`python -m fedsv` runs the fedsv command line."""
+
+import sys
+
+from fedsv.cli import main
+
+sys.exit(main())

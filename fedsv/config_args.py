@@ -1,0 +1,71 @@
+"""Config dataclasses as command-line flags: one --flag per field, typed from the annotation."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any, TypeVar, get_type_hints
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_SCALARS = (int, float, str, bool)
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
+    """Add `--field-name` for every scalar field of the dataclass (defaults shown in --help)."""
+    hints = get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        kind = hints[field.name]
+        if kind not in _SCALARS:
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        default = field.default if field.default is not dataclasses.MISSING else None
+        help_text = field.metadata.get("help", "")
+        if kind is bool:
+            parser.add_argument(
+                flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        else:
+            parser.add_argument(
+                flag,
+                dest=field.name,
+                type=kind,
+                default=None,
+                metavar=kind.__name__.upper(),
+                help=f"{help_text} (default: {default})".strip(),
+            )
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a JSON config file of field -> value; a clear error if it is not a JSON object."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError as exc:
+        raise ValueError(f"config file {p} does not exist") from exc
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"config file {p} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {p} must hold a JSON object of settings")
+    return data
+
+
+def build_config(cls: type[T], args: argparse.Namespace, file_values: dict[str, Any] | None = None) -> T:
+    """Defaults < config file < command-line flags; unknown keys in the file are an error."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    if file_values:
+        unknown = sorted(set(file_values) - names)
+        if unknown:
+            raise ValueError(f"unknown config keys {unknown}; valid keys: {sorted(names)}")
+        values.update(file_values)
+    for name in names:
+        flag_value = getattr(args, name, None)
+        if flag_value is not None:
+            values[name] = flag_value
+    return cls(**values)
