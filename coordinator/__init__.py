@@ -1,0 +1,1 @@
+"""fedsv coordinator: selects participants, aggregates, values each round, keeps the ledger."""

@@ -1,0 +1,356 @@
+"""The run's durable ledger: one SQLite file with every round, its values and traffic, and the checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+# FULL: in WAL mode every COMMIT fsyncs the WAL, so a round already reported (metrics, progress) also
+# survives power loss; NORMAL survives only a process crash, and a re-run of a lost round could pay
+# differently (other stragglers). The cost, one fsync per round, is noise next to a round.
+SYNCHRONOUS = "FULL"
+_STRICT = " STRICT" if sqlite3.sqlite_version_info >= (3, 37, 0) else ""
+
+
+class LedgerError(Exception):
+    """The ledger refuses an operation (wrong run, round already recorded, bad rows, unreadable file)."""
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One completed round as recorded: who took part, utilities, timings and traffic totals."""
+
+    round: int
+    selected: list[str]
+    received: list[str]
+    stragglers: list[str]
+    utility_before: float
+    utility_after: float
+    test_accuracy: float
+    test_loss: float
+    method: str
+    evaluations: int
+    valuation_seconds: float
+    round_seconds: float
+    train_wait_seconds: float
+    aggregation_seconds: float
+    evaluation_seconds: float
+    bytes_up: int
+    bytes_down: int
+    messages_up: int
+    messages_down: int
+    model_bytes: int  # size of one copy of the model on the wire (physical-minimum accounting)
+    group_rationality_residual: float
+    started_at: float
+    finished_at: float
+    local_train_seconds: float = 0.0  # slowest received participant's own training time (its report)
+
+    @property
+    def physical_minimum_bytes(self) -> int:
+        """One model copy down to every selected participant and one delta up from every received one."""
+        return self.model_bytes * (len(self.selected) + len(self.received))
+
+    @property
+    def bytes_ratio_to_minimum(self) -> float | None:
+        """(bytes up + down) / physical minimum; None when the minimum is zero."""
+        minimum = self.physical_minimum_bytes
+        return (self.bytes_up + self.bytes_down) / minimum if minimum > 0 else None
+
+
+@dataclass(frozen=True)
+class ValueRow:
+    """A participant's values in one round (normalized = this round's vector / its L2 norm)."""
+
+    round: int
+    participant: str
+    fedsv: float
+    loo: float
+    fedsv_normalized: float
+    loo_normalized: float
+
+
+@dataclass(frozen=True)
+class TrafficRow:
+    """Bytes and messages of one RPC in one direction ("up" = participant -> coordinator) in one round."""
+
+    round: int
+    rpc: str
+    direction: str
+    bytes: int
+    messages: int
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The coordinator's state after `round` (the last completed round); only the latest is kept."""
+
+    round: int
+    global_params: bytes
+    rng_state: str
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+_ROUND_FIELDS = [(f.name, str(f.type)) for f in dataclasses.fields(RoundRecord)]
+_SQL = {"int": "INTEGER NOT NULL", "float": "REAL", "str": "TEXT NOT NULL", "list[str]": "TEXT NOT NULL"}
+# STRICT tables enforce the types. REAL columns of rounds are nullable: NaN (a diverged loss) is NULL.
+_ROUND_COLUMNS = ", ".join(f"{n} {_SQL[k]}" for n, k in _ROUND_FIELDS).replace(
+    "round INTEGER NOT NULL", "round INTEGER NOT NULL PRIMARY KEY CHECK (round >= 1)", 1
+)
+_SCHEMA = [
+    f"CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL){_STRICT}",
+    "CREATE TABLE run (id INTEGER PRIMARY KEY CHECK (id = 1), run_id TEXT NOT NULL, config TEXT NOT NULL, "
+    f"created_at REAL NOT NULL){_STRICT}",
+    f"CREATE TABLE rounds ({_ROUND_COLUMNS}){_STRICT}",
+    "CREATE TABLE round_values (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
+    "fedsv REAL NOT NULL, loo REAL NOT NULL, fedsv_normalized REAL NOT NULL, loo_normalized REAL NOT NULL, "
+    f"PRIMARY KEY (round, participant)){_STRICT}",
+    "CREATE TABLE traffic (round INTEGER NOT NULL REFERENCES rounds(round), rpc TEXT NOT NULL, "
+    "direction TEXT NOT NULL CHECK (direction IN ('up', 'down')), bytes INTEGER NOT NULL, "
+    f"messages INTEGER NOT NULL, PRIMARY KEY (round, rpc, direction)){_STRICT}",
+    "CREATE TABLE checkpoint (id INTEGER PRIMARY KEY CHECK (id = 1), round INTEGER NOT NULL REFERENCES "
+    f"rounds(round), global_params BLOB NOT NULL, rng_state TEXT NOT NULL, extra TEXT NOT NULL){_STRICT}",
+]
+
+
+def _is_count(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _check_commit(
+    record: RoundRecord, values: Sequence[ValueRow], traffic: Sequence[TrafficRow], checkpoint: Checkpoint
+) -> None:
+    """Refuse malformed rows before any of them is written (column types are STRICT in SQLite too)."""
+    n = record.round
+    lists_ok = all(isinstance(p, str) for p in [*record.selected, *record.received, *record.stragglers])
+    if not _is_count(n) or not lists_ok:
+        raise LedgerError(f"round {n!r}: the round must be an int >= 1 and participant ids str")
+    if checkpoint.round != n:
+        raise LedgerError(f"round {n}: the checkpoint is of round {checkpoint.round!r}")
+    for row in values:
+        reals = (row.fedsv, row.loo, row.fedsv_normalized, row.loo_normalized)
+        if row.round != n or row.participant not in record.received:
+            raise LedgerError(f"round {n}: value row {row} is not of a participant received in this round")
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in reals):
+            raise LedgerError(f"round {n}: value row {row} holds a non-finite or non-numeric value")
+    for t in traffic:
+        ok = t.round == n and t.direction in ("up", "down") and isinstance(t.rpc, str) and bool(t.rpc)
+        if not (ok and _is_count(t.bytes) and _is_count(t.messages)):
+            raise LedgerError(f"round {n}: bad traffic row {t} (direction up/down, int bytes/messages >= 0)")
+    if not isinstance(checkpoint.global_params, bytes) or not isinstance(checkpoint.rng_state, str):
+        raise LedgerError(f"round {n}: the checkpoint needs bytes global_params and str rng_state")
+
+
+class Ledger:
+    """One run's ledger at `path` in WAL mode: one writer thread; readers open their own read_only=True."""
+
+    def __init__(self, path: str | Path, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._empty = False
+        if read_only and not self.path.is_file():
+            raise LedgerError(f"no ledger at {self.path}")
+        target = f"{self.path.resolve().as_uri()}?mode=ro" if read_only else str(self.path)
+        try:  # isolation_level=None: transactions are explicit (BEGIN ... COMMIT under _lock)
+            self._conn = sqlite3.connect(
+                target, uri=read_only, timeout=10.0, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from exc
+        try:
+            if read_only:
+                self._conn.execute("PRAGMA query_only = ON")
+            else:
+                mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise LedgerError(f"{self.path}: could not switch to WAL journal mode (got {mode})")
+                self._conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
+                self._conn.execute("PRAGMA foreign_keys = ON")
+            self._open_schema()
+        except (sqlite3.Error, LedgerError) as exc:
+            self._conn.close()
+            if isinstance(exc, LedgerError):
+                raise
+            raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from exc
+
+    def _open_schema(self) -> None:
+        """Check the schema version; create the schema in a new file (a reader sees an empty ledger)."""
+        with self._transaction(write=not self.read_only) as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            self._empty = not tables and self.read_only
+            if "meta" in tables:
+                row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                if row is None or row[0] != str(SCHEMA_VERSION):
+                    found = row[0] if row else "?"
+                    raise LedgerError(f"{self.path}: schema {found}; this fedsv reads {SCHEMA_VERSION}")
+            elif tables:
+                raise LedgerError(f"{self.path}: not a fedsv ledger (tables {sorted(tables)})")
+            elif not self.read_only:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                logger.info("created ledger %s (schema %d)", self.path, SCHEMA_VERSION)
+
+    @contextmanager
+    def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE (a write) or BEGIN (a consistent read) ... COMMIT; ROLLBACK on any exception."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise LedgerError(f"{self.path}: opened read-only")
+
+    def ensure_run(self, run_id: str, config: dict[str, Any]) -> None:
+        """Record the run on its first start; on a resume, refuse another run id or config."""
+        self._writable()
+        new = json.loads(json.dumps(config, sort_keys=True))
+        with self._transaction() as conn:
+            row = conn.execute("SELECT run_id, config FROM run WHERE id = 1").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO run VALUES (1, ?, ?, ?)", (run_id, json.dumps(new), time.time()))
+                logger.info("ledger %s: started run %s", self.path, run_id)
+                return
+            old, gone = json.loads(row[1]), "<absent>"
+            diff = [
+                f"{key} ({old.get(key, gone)!r} in the ledger, {new.get(key, gone)!r} now)"
+                for key in sorted(set(old) | set(new))
+                if old.get(key, gone) != new.get(key, gone)
+            ]
+            if diff or row[0] != run_id:
+                raise LedgerError(
+                    f"{self.path} holds run {row[0]}, not {run_id}; config keys that differ: "
+                    f"{'; '.join(diff) or 'none (only the run id)'}. Resume with the original settings "
+                    "or use a new state directory."
+                )
+        logger.info("ledger %s: resuming run %s", self.path, run_id)
+
+    def run_config(self) -> tuple[str, dict[str, Any]] | None:
+        """(run id, config) as first recorded; None before ensure_run."""
+        rows = self._query("SELECT run_id, config FROM run WHERE id = 1")
+        return (rows[0][0], json.loads(rows[0][1])) if rows else None
+
+    def commit_round(
+        self,
+        record: RoundRecord,
+        values: Sequence[ValueRow],
+        traffic: Sequence[TrafficRow],
+        checkpoint: Checkpoint,
+    ) -> None:
+        """Write the round, its values and traffic and the checkpoint in ONE transaction: all or nothing.
+
+        Rounds are numbered 1, 2, ... without gaps; a round already recorded raises LedgerError and
+        changes nothing. Malformed rows raise LedgerError before anything is written.
+        """
+        self._writable()
+        _check_commit(record, values, traffic, checkpoint)
+        try:
+            extra = json.dumps(checkpoint.extra, sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise LedgerError(f"round {record.round}: checkpoint extra is not JSON: {exc}") from exc
+        row = [
+            json.dumps(v) if isinstance(v, list) else None if isinstance(v, float) and math.isnan(v) else v
+            for v in (getattr(record, n) for n, _ in _ROUND_FIELDS)
+        ]
+        try:
+            with self._transaction() as conn:
+                last = conn.execute("SELECT coalesce(max(round), 0) FROM rounds").fetchone()[0]
+                if record.round <= last:
+                    raise LedgerError(f"round {record.round} already recorded (last round {last})")
+                if record.round != last + 1:
+                    raise LedgerError(f"round {record.round} does not follow the last recorded round {last}")
+                conn.execute(f"INSERT INTO rounds VALUES ({', '.join('?' * len(row))})", row)
+                conn.executemany(
+                    "INSERT INTO round_values VALUES (?, ?, ?, ?, ?, ?)", map(dataclasses.astuple, values)
+                )
+                conn.executemany(
+                    "INSERT INTO traffic VALUES (?, ?, ?, ?, ?)", map(dataclasses.astuple, traffic)
+                )
+                self._save_checkpoint(conn, checkpoint, extra)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"round {record.round} not recorded: {exc}") from exc
+        logger.debug("ledger %s: committed round %d", self.path, record.round)
+
+    def _save_checkpoint(self, conn: sqlite3.Connection, checkpoint: Checkpoint, extra: str) -> None:
+        """Replace the one checkpoint row: the last write of a round's transaction."""
+        conn.execute(
+            "INSERT OR REPLACE INTO checkpoint VALUES (1, ?, ?, ?, ?)",
+            (checkpoint.round, checkpoint.global_params, checkpoint.rng_state, extra),
+        )
+
+    def _query(self, sql: str) -> list[tuple[Any, ...]]:
+        if self._empty:  # a reader opened before the coordinator created the schema: look again
+            self._open_schema()
+            if self._empty:
+                return []
+        with self._transaction(write=False) as conn:
+            return conn.execute(sql).fetchall()
+
+    def last_checkpoint(self) -> Checkpoint | None:
+        rows = self._query("SELECT round, global_params, rng_state, extra FROM checkpoint WHERE id = 1")
+        return Checkpoint(rows[0][0], bytes(rows[0][1]), rows[0][2], json.loads(rows[0][3])) if rows else None
+
+    def rounds(self) -> list[RoundRecord]:
+        out = []
+        for row in self._query(f"SELECT {', '.join(n for n, _ in _ROUND_FIELDS)} FROM rounds ORDER BY round"):
+            kw: dict[str, Any] = {
+                n: json.loads(v) if k == "list[str]" else (math.nan if v is None else v)
+                for (n, k), v in zip(_ROUND_FIELDS, row, strict=True)
+            }
+            out.append(RoundRecord(**kw))
+        return out
+
+    def values(self) -> list[ValueRow]:
+        """Value rows by round; within a round in the order committed (the round's participant order)."""
+        return [ValueRow(*r) for r in self._query("SELECT * FROM round_values ORDER BY round, rowid")]
+
+    def traffic(self) -> list[TrafficRow]:
+        return [TrafficRow(*r) for r in self._query("SELECT * FROM traffic ORDER BY round, rpc, direction")]
+
+    def integrity_ok(self) -> bool:
+        """SQLite's integrity check, no orphan value/traffic rows, and the checkpoint is of the last round."""
+        orphans = "SELECT count(*) = 0 FROM {} WHERE round NOT IN (SELECT round FROM rounds)"
+        checks = {
+            "integrity_check": "PRAGMA integrity_check",
+            "orphan values": orphans.format("round_values"),
+            "orphan traffic": orphans.format("traffic"),
+            "checkpoint of the last round": "SELECT (SELECT max(round) FROM rounds) IS "
+            "(SELECT round FROM checkpoint WHERE id = 1)",
+        }
+        failed = [name for name, sql in checks.items() if self._query(sql) not in ([("ok",)], [(1,)], [])]
+        if failed:
+            logger.warning("ledger %s failed checks: %s", self.path, ", ".join(failed))
+        return not failed
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
