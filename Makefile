@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(BIN)/fedsv demo
+	$(BIN)/fedsv launch --out runs/demo
 
 lint: install
 	$(BIN)/ruff check .
@@ -24,6 +24,7 @@ test: lint
 
 bench: install
 	$(BIN)/python benchmarks/bench_valuation.py
+	$(BIN)/python benchmarks/bench_rounds.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

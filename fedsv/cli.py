@@ -1,14 +1,18 @@
-"""The `fedsv` command line: subcommands over the runtime, the studies and the valuation demo."""
+"""The `fedsv` command line: launch a run, report on it, or run the in-process valuation demo."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
 
+from coordinator.config import RunConfig
+from coordinator.ledger import LedgerError
 from fedsv.config_args import add_dataclass_args, build_config, load_config_file
 from fedsv.demo import DemoConfig, main_demo
+from fedsv.launch import Launch, LaunchConfig
 
 logger = logging.getLogger(__name__)
 
@@ -19,12 +23,67 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", default="WARNING", help="logging level (default: WARNING)")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser(
-        "demo", help="train FedAvg in this process on the embedded data and value every round's deltas"
-    )
+
+    launch = sub.add_parser("launch", help="run a coordinator and participant processes on this machine")
+    launch.add_argument("--config", default=None, help="JSON file of run settings (flags override it)")
+    add_dataclass_args(launch, RunConfig)
+    add_dataclass_args(launch, LaunchConfig)
+
+    report = sub.add_parser("report", help="print the values and traffic of a finished run")
+    report.add_argument("run_dir", help="run directory written by `fedsv launch`")
+    report.add_argument("--json", action="store_true", help="print report.json instead of the table")
+
+    demo = sub.add_parser("demo", help="train FedAvg in this process and value every round's deltas")
     demo.add_argument("--config", default=None, help="JSON file of settings (flags override it)")
     add_dataclass_args(demo, DemoConfig)
     return parser
+
+
+def main_launch(args: argparse.Namespace) -> int:
+    from fedsv.report import format_table, write_outputs
+
+    file_values = load_config_file(args.config) if args.config else {}
+    run_keys = set(RunConfig.__dataclass_fields__)
+    launch_keys = set(LaunchConfig.__dataclass_fields__)
+    unknown = sorted(set(file_values) - run_keys - launch_keys)
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}")
+    run = build_config(RunConfig, args, {k: v for k, v in file_values.items() if k in run_keys})
+    launch_config = build_config(
+        LaunchConfig, args, {k: v for k, v in file_values.items() if k in launch_keys}
+    )
+    launch = Launch(run, launch_config, log_level=args.log_level)
+    print(
+        f"fedsv launch: {run.participants} participants ({run.selected_per_round} per round), "
+        f"{run.rounds} rounds, "
+        f"{run.model} on {run.dataset} ({run.partition}), valuation={run.valuation}, out={launch_config.out}",
+        flush=True,
+    )
+    try:
+        grpc_port, metrics_port = launch.start()
+        print(f"coordinator on 127.0.0.1:{grpc_port}, metrics on :{metrics_port}", flush=True)
+        code = launch.follow(lambda line: print(line, flush=True))
+    finally:
+        launch.stop()
+    if code != 0:
+        print(
+            f"fedsv launch: coordinator exited with {code}; see {launch_config.out}/coordinator.log",
+            file=sys.stderr,
+        )
+        return code
+    outputs = write_outputs(launch_config.out)
+    print()
+    print(format_table(json.loads(outputs["report.json"].read_text())))
+    print("\nwrote " + ", ".join(str(p) for p in outputs.values()))
+    return 0
+
+
+def main_report(args: argparse.Namespace) -> int:
+    from fedsv.report import build_report, format_table
+
+    report = build_report(args.run_dir)
+    print(json.dumps(report, indent=2) if args.json else format_table(report))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,14 +93,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        if args.command == "demo":
-            file_values = load_config_file(args.config) if args.config else None
-            return main_demo(build_config(DemoConfig, args, file_values))
-    except (ValueError, FileNotFoundError) as exc:
+        if args.command == "launch":
+            return main_launch(args)
+        if args.command == "report":
+            return main_report(args)
+        file_values = load_config_file(args.config) if args.config else None
+        return main_demo(build_config(DemoConfig, args, file_values))
+    except (ValueError, FileNotFoundError, RuntimeError, LedgerError) as exc:
         print(f"fedsv {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    parser.error(f"unknown command {args.command}")
-    return 2
+    except KeyboardInterrupt:
+        print(f"fedsv {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

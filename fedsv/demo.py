@@ -13,7 +13,7 @@ import torch
 from fedsv.corruptions import parse_corruption
 from fedsv.data import load_dataset
 from fedsv.models import build_model
-from fedsv.partition import participant_indices
+from fedsv.shards import load_shard
 from fedsv.training import TrainConfig, apply_delta, evaluate, fedavg, local_update, params_of
 from valuation import FederatedValuation, RoundGame, RoundValues
 
@@ -72,18 +72,15 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
     splits = load_dataset(
         config.dataset, config.data_dir or None, seed=config.seed, validation_size=config.validation_size
     )
-    train = splits.train
     model = build_model(config.model, splits.input_shape, splits.num_classes, seed=config.seed)
     global_params = params_of(model)
     train_config = TrainConfig(epochs=config.epochs, batch_size=config.batch_size, lr=config.lr)
-    corruption = parse_corruption(config.corruption)
-    shards = []
+    shards, corruptions = [], []
     for rank in range(config.participants):
-        idx = participant_indices(train.y, rank, config.participants, config.partition, config.seed)
-        shard = train.subset(idx)
-        if rank < config.noisy:
-            shard = corruption.apply_to_dataset(shard, seed=config.seed + rank)
+        spec = config.corruption if rank < config.noisy else "none"
+        shard, corruption = load_shard(splits, rank, config.participants, config.partition, config.seed, spec)
         shards.append(shard)
+        corruptions.append(corruption)
     ids = [f"p{rank:03d}" for rank in range(config.participants)]
     rng = np.random.default_rng(config.seed)
     ledger = FederatedValuation()
@@ -101,7 +98,7 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
                 shards[r].y,
                 train_config,
                 seed=config.seed * 1_000_003 + t * 1009 + r,
-                corruption=corruption if r < config.noisy else None,
+                corruption=corruptions[r],
             )
             for r in selected
         ]

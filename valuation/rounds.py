@@ -58,7 +58,7 @@ class RoundValues:
         return float(np.sum(self.fedsv) - (self.utility_after - self.utility_before))
 
 
-def _normalized(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+def normalized(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """values / ||values||_2; a zero vector stays zero."""
     norm = float(np.linalg.norm(values))
     return values / norm if norm > 0 else np.zeros_like(values)
@@ -172,9 +172,9 @@ class FederatedValuation:
         for rv in self.per_round():
             vectors = {
                 "fedsv": rv.fedsv,
-                "fedsv_normalized": _normalized(rv.fedsv),
+                "fedsv_normalized": normalized(rv.fedsv),
                 "loo": rv.loo,
-                "loo_normalized": _normalized(rv.loo),
+                "loo_normalized": normalized(rv.loo),
             }
             for key, vector in vectors.items():
                 for pid, value in zip(rv.participants, vector, strict=True):

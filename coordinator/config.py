@@ -1,0 +1,99 @@
+"""The run's settings (shared by `fedsv launch` and `python -m coordinator`), as a dataclass of flags."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fedsv.corruptions import parse_corruption
+from participant.ranks import parse_ranks
+
+logger = logging.getLogger(__name__)
+
+VALUATION_METHODS = ("auto", "exact", "permutation", "group_testing", "loo", "none")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a run trains and how it is valued; identical on every restart of the run."""
+
+    participants: int = field(default=20, metadata={"help": "number of participants N (world size)"})
+    fraction: float = field(default=0.5, metadata={"help": "fraction C of participants selected per round"})
+    rounds: int = field(default=5, metadata={"help": "training rounds T"})
+    seed: int = field(default=0, metadata={"help": "seed of split, partition, selection and training"})
+    dataset: str = field(default="embedded", metadata={"help": "embedded | mnist | fashion_mnist | cifar10"})
+    data_dir: str = field(default="", metadata={"help": "directory holding the dataset files"})
+    partition: str = field(default="iid", metadata={"help": "iid | noniid"})
+    model: str = field(default="mlp", metadata={"help": "mlp | cnn"})
+    epochs: int = field(default=5, metadata={"help": "local epochs"})
+    batch_size: int = field(default=10, metadata={"help": "local batch size"})
+    lr: float = field(default=0.05, metadata={"help": "local learning rate"})
+    validation_size: int = field(default=1000, metadata={"help": "validation samples for the utility"})
+    valuation: str = field(default="auto", metadata={"help": "auto|exact|permutation|group_testing|loo|none"})
+    eps: float = field(default=0.05, metadata={"help": "valuation accuracy epsilon"})
+    delta: float = field(default=0.05, metadata={"help": "valuation failure probability delta"})
+    corrupt: str = field(
+        default="", metadata={"help": "per-rank corruptions, e.g. '0-3=flip:0.1;7=backdoor'"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.participants < 1:
+            raise ValueError(f"participants must be at least 1, got {self.participants}")
+        if not 0.0 < self.fraction <= 1.0:
+            raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be at least 1, got {self.rounds}")
+        if self.valuation not in VALUATION_METHODS:
+            raise ValueError(f"valuation must be one of {list(VALUATION_METHODS)}, got {self.valuation!r}")
+        self.corruptions()  # validates the spec
+
+    @property
+    def selected_per_round(self) -> int:
+        return max(1, round(self.fraction * self.participants))
+
+    def corruptions(self) -> dict[int, str]:
+        """rank -> corruption spec, from `corrupt` ("RANKS=SPEC;RANKS=SPEC")."""
+        out: dict[int, str] = {}
+        for part in filter(None, (p.strip() for p in self.corrupt.split(";"))):
+            ranks, sep, spec = part.partition("=")
+            if not sep:
+                raise ValueError(f"corrupt entry {part!r} must look like RANKS=SPEC, e.g. 0-3=flip:0.1")
+            parse_corruption(spec)
+            for rank in parse_ranks(ranks, self.participants):
+                out[rank] = spec
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where and how the coordinator serves; may change between restarts of a run."""
+
+    state_dir: str = field(
+        default="fedsv-state", metadata={"help": "directory of the ledger and checkpoints"}
+    )
+    host: str = field(default="0.0.0.0", metadata={"help": "address to bind gRPC and metrics to"})
+    port: int = field(default=50051, metadata={"help": "gRPC port (0 = ephemeral)"})
+    metrics_port: int = field(
+        default=9090, metadata={"help": "Prometheus metrics port (0 = ephemeral, -1 = off)"}
+    )
+    port_file: str = field(default="", metadata={"help": "write 'grpc_port metrics_port' here once serving"})
+    round_timeout: float = field(default=120.0, metadata={"help": "seconds a round waits for updates"})
+    quorum: float = field(default=0.5, metadata={"help": "fraction of the selected that must report"})
+    quorum_wait: float = field(default=300.0, metadata={"help": "extra seconds to wait for a quorum"})
+    join_timeout: float = field(default=600.0, metadata={"help": "seconds to wait for all participants"})
+    max_chunk_bytes: int = field(default=1 << 20, metadata={"help": "largest accepted chunk"})
+    max_update_bytes: int = field(default=1 << 30, metadata={"help": "largest accepted update stream"})
+    credential: str = field(default="", metadata={"help": "shared join credential participants must present"})
+    linger: float = field(default=3.0, metadata={"help": "seconds to keep serving after the run ends"})
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.quorum <= 1.0:
+            raise ValueError(f"quorum must be in (0, 1], got {self.quorum}")
+        if self.round_timeout <= 0:
+            raise ValueError(f"round_timeout must be positive, got {self.round_timeout}")
+        if self.max_chunk_bytes < 1024 or self.max_chunk_bytes > (4 << 20) - 4096:
+            raise ValueError("max_chunk_bytes must be between 1 KiB and just under the 4 MiB gRPC limit")

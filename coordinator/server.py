@@ -1,0 +1,164 @@
+"""Builds and runs a coordinator: gRPC server (with health service), metrics endpoint, round loop."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import signal
+import socket
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from types import FrameType
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry
+
+from coordinator.config import RunConfig, ServerConfig
+from coordinator.ledger import Ledger
+from coordinator.metrics import CoordinatorMetrics, serve_metrics
+from coordinator.round_loop import RoundLoop
+from coordinator.run_state import RunState
+from coordinator.servicer import CoordinatorServicer
+from fedsv.v1 import fedsv_pb2, fedsv_pb2_grpc
+from fedsv.wire import spec_of
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = "fedsv.v1.Coordinator"
+MESSAGE_LIMIT = 8 << 20
+
+
+def run_id_of(run: RunConfig) -> str:
+    """A stable id of the run's settings: the same settings resume the same run."""
+    digest = hashlib.sha256(json.dumps(run.to_dict(), sort_keys=True).encode()).hexdigest()
+    return f"run-{digest[:12]}"
+
+
+def make_run_spec(run: RunConfig, run_id: str, max_chunk_bytes: int) -> dict[int, fedsv_pb2.RunSpec]:
+    corruptions = run.corruptions()
+    train = fedsv_pb2.TrainSettings(epochs=run.epochs, batch_size=run.batch_size, lr=run.lr)
+    return {
+        rank: fedsv_pb2.RunSpec(
+            run_id=run_id,
+            world_size=run.participants,
+            seed=run.seed,
+            dataset=run.dataset,
+            partition=run.partition,
+            model=run.model,
+            train=train,
+            rounds=run.rounds,
+            corruption=corruptions.get(rank, "none"),
+            max_chunk_bytes=max_chunk_bytes,
+            validation_size=run.validation_size,
+        )
+        for rank in range(run.participants)
+    }
+
+
+class Coordinator:
+    """One coordinator process's parts, started and stopped together."""
+
+    def __init__(
+        self, run: RunConfig, server: ServerConfig, registry: CollectorRegistry | None = None
+    ) -> None:
+        self.run_config, self.server_config = run, server
+        state_dir = Path(server.state_dir)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id_of(run)
+        self.ledger = Ledger(state_dir / "ledger.sqlite")
+        self.ledger.ensure_run(self.run_id, run.to_dict())
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = CoordinatorMetrics(self.registry)
+        self.state = RunState(run.participants, server.credential)
+        self.state.on_connected = self.metrics.set_connected
+        self.loop = RoundLoop(run, server, self.state, self.ledger, self.metrics)
+        specs = make_run_spec(run, self.run_id, server.max_chunk_bytes)
+        self.servicer = CoordinatorServicer(
+            self.state,
+            specs.__getitem__,
+            spec_of(self.loop.params),
+            self.metrics,
+            server.max_chunk_bytes,
+            server.max_update_bytes,
+        )
+        self.grpc_server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=2 * run.participants + 16),
+            options=[
+                ("grpc.max_receive_message_length", MESSAGE_LIMIT),
+                ("grpc.max_send_message_length", MESSAGE_LIMIT),
+                ("grpc.keepalive_time_ms", 20_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+            ],
+        )
+        fedsv_pb2_grpc.add_CoordinatorServicer_to_server(self.servicer, self.grpc_server)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
+        self.port = self.grpc_server.add_insecure_port(f"{server.host}:{server.port}")
+        if self.port == 0:
+            raise ValueError(f"cannot bind gRPC to {server.host}:{server.port}")
+        self.metrics_server: object | None = None
+        self.metrics_port = -1
+
+    def start(self) -> None:
+        self.grpc_server.start()
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.server_config.metrics_port >= 0:
+            self.metrics_server, self.metrics_port = serve_metrics(
+                self.registry, self.server_config.host, self.server_config.metrics_port
+            )
+        if self.server_config.port_file:
+            tmp = Path(self.server_config.port_file + ".tmp")
+            tmp.write_text(f"{self.port} {self.metrics_port}\n")
+            tmp.replace(self.server_config.port_file)
+        logger.warning(
+            "coordinator %s serving gRPC on %s:%d (metrics %d) for %d participants (plaintext)",
+            self.run_id,
+            socket.gethostname(),
+            self.port,
+            self.metrics_port,
+            self.run_config.participants,
+        )
+
+    def run(self) -> str:
+        """Run the rounds to the end, then let participants read the end of the run and stop."""
+        reason = self.loop.run()
+        deadline = time.time() + self.server_config.linger
+        while time.time() < deadline and any(p.streams > 0 for p in self.state.participants.values()):
+            time.sleep(0.05)
+        return reason
+
+    def stop(self) -> None:
+        self.loop.stop_event.set()
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.grpc_server.stop(grace=1.0).wait()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()  # type: ignore[attr-defined]
+        self.ledger.close()
+
+
+def serve(run: RunConfig, server: ServerConfig) -> int:
+    """Run a coordinator until its run ends or SIGTERM/SIGINT; exit code 0 only if the run finished."""
+    coordinator = Coordinator(run, server)
+    coordinator.start()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        logger.warning("signal %d: stopping after the current step", signum)
+        coordinator.loop.stop_event.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    try:
+        reason = coordinator.run()
+    finally:
+        coordinator.stop()
+    logger.warning("run %s ended: %s", coordinator.run_id, reason)
+    return 0 if reason == "finished" else 3

@@ -1,0 +1,157 @@
+"""`fedsv launch`: a coordinator and participant processes on loopback (like mpirun), with progress."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coordinator.config import RunConfig
+from coordinator.ledger import Ledger, RoundRecord
+from participant.ranks import block_of
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How `fedsv launch` places the run on this machine."""
+
+    out: str = field(default="runs/latest", metadata={"help": "run directory (ledger, report, plot, logs)"})
+    processes: int = field(default=0, metadata={"help": "participant processes (0 = min(N, 4))"})
+    round_timeout: float = field(default=120.0, metadata={"help": "seconds a round waits for updates"})
+    metrics_port: int = field(
+        default=0, metadata={"help": "coordinator metrics port (0 = ephemeral, -1 = off)"}
+    )
+    timeout: float = field(
+        default=3600.0, metadata={"help": "give up on the whole run after this many seconds"}
+    )
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    filled = round(width * done / max(1, total))
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def format_progress(record: RoundRecord, total_rounds: int) -> str:
+    return (
+        f"round {record.round:3d}/{total_rounds} {_bar(record.round, total_rounds)} "
+        f"acc {record.test_accuracy:.3f}  U {record.utility_before:.3f}->{record.utility_after:.3f}  "
+        f"received {len(record.received)}/{len(record.selected)}  "
+        f"valuation {record.method} {record.valuation_seconds:.2f}s ({record.evaluations} evals)  "
+        f"round {record.round_seconds:.1f}s"
+    )
+
+
+class Launch:
+    """Starts the processes of one run and follows it through the ledger."""
+
+    def __init__(self, run: RunConfig, launch: LaunchConfig, log_level: str = "WARNING") -> None:
+        self.run, self.launch, self.log_level = run, launch, log_level
+        self.out = Path(launch.out)
+        self.coordinator: subprocess.Popen[bytes] | None = None
+        self.participants: list[subprocess.Popen[bytes]] = []
+
+    def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
+        log = open(self.out / log_name, "ab")  # noqa: SIM115 - handed to the child, closed with it
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        return subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def start(self) -> tuple[int, int]:
+        """Start the coordinator, then (once it serves) the participants; returns (grpc, metrics) ports."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        port_file = self.out / "coordinator.port"
+        port_file.unlink(missing_ok=True)
+        config = {
+            **self.run.to_dict(),
+            "state_dir": str(self.out),
+            "host": "127.0.0.1",
+            "port": 0,
+            "metrics_port": self.launch.metrics_port,
+            "port_file": str(port_file),
+            "round_timeout": self.launch.round_timeout,
+        }
+        (self.out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        self.coordinator = self._spawn(
+            ["-m", "coordinator", "--config", str(self.out / "config.json"), "--log-level", self.log_level],
+            "coordinator.log",
+        )
+        deadline = time.time() + 120
+        while not port_file.exists():
+            if self.coordinator.poll() is not None:
+                raise RuntimeError(
+                    f"coordinator exited with {self.coordinator.returncode}: {self._log_tail()}"
+                )
+            if time.time() > deadline:
+                raise RuntimeError("coordinator did not start serving within 120 s")
+            time.sleep(0.05)
+        grpc_port, metrics_port = (int(v) for v in port_file.read_text().split())
+        n = self.run.participants
+        processes = self.launch.processes or min(n, 4)
+        for index in range(min(processes, n)):
+            ranks = block_of(index, min(processes, n), n)
+            self.participants.append(
+                self._spawn(
+                    [
+                        "-m",
+                        "participant",
+                        "--coordinator",
+                        f"127.0.0.1:{grpc_port}",
+                        "--world-size",
+                        str(n),
+                        "--ranks",
+                        f"{ranks[0]}-{ranks[-1]}",
+                        "--log-level",
+                        self.log_level,
+                    ],
+                    f"participants-{index}.log",
+                )
+            )
+        return grpc_port, metrics_port
+
+    def _log_tail(self, lines: int = 5) -> str:
+        path = self.out / "coordinator.log"
+        text = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+        return " | ".join(text[-lines:])
+
+    def follow(self, printer: object = print) -> int:
+        """Print a progress line per completed round until the coordinator exits; returns its exit code."""
+        assert self.coordinator is not None
+        shown = 0
+        deadline = time.time() + self.launch.timeout
+        ledger_path = self.out / "ledger.sqlite"
+        while True:
+            exited = self.coordinator.poll() is not None
+            if ledger_path.exists():
+                with Ledger(ledger_path, read_only=True) as ledger:
+                    for record in ledger.rounds():
+                        if record.round > shown:
+                            printer(format_progress(record, self.run.rounds))  # type: ignore[operator]
+                            shown = record.round
+            if exited:
+                break
+            if time.time() > deadline:
+                logger.error("run exceeded %.0f s; stopping it", self.launch.timeout)
+                self.coordinator.terminate()
+            time.sleep(0.25)
+        for proc in self.participants:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        return int(self.coordinator.returncode)
+
+    def stop(self) -> None:
+        for proc in [*self.participants, *([self.coordinator] if self.coordinator else [])]:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in [*self.participants, *([self.coordinator] if self.coordinator else [])]:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()

@@ -1,0 +1,86 @@
+"""`python -m participant`: play one or more ranks of a run (flags, mpirun, Kubernetes or torchrun ranks)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+import torch
+
+from participant.ranks import resolve_ranks
+from participant.worker import RankWorker
+
+logger = logging.getLogger(__name__)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m participant", description="fedsv participant ranks")
+    parser.add_argument("--coordinator", required=True, help="coordinator address HOST:PORT")
+    parser.add_argument("--rank", type=int, default=None, help="this process's single rank")
+    parser.add_argument("--world-size", type=int, default=None, help="number of participants N")
+    parser.add_argument("--ranks", default=None, help="ranks this process plays, e.g. 0-24 or 0-4,9")
+    parser.add_argument("--ranks-per-process", type=int, default=None, help="under mpirun: ranks per process")
+    parser.add_argument("--credential", default="", help="the run's join credential")
+    parser.add_argument("--data-dir", default="", help="directory with the dataset files (not for embedded)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads per process (1 = deterministic)"
+    )
+    parser.add_argument("--give-up-after", type=float, default=600.0, help="seconds without a coordinator")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        assignment = resolve_ranks(
+            args.rank, args.world_size, args.ranks, ranks_per_process=args.ranks_per_process
+        )
+    except ValueError as exc:
+        print(f"participant: error: {exc}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(max(1, args.threads))
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    workers = [
+        RankWorker(
+            args.coordinator,
+            rank,
+            assignment.world_size,
+            credential=args.credential,
+            data_dir=args.data_dir,
+            give_up_after=args.give_up_after,
+            stop=stop,
+        )
+        for rank in assignment.ranks
+    ]
+    results: dict[int, str] = {}
+
+    def play(worker: RankWorker) -> None:
+        try:
+            results[worker.rank] = worker.run()
+        except Exception as exc:  # a rank's failure must not take the other ranks of the process down
+            logger.exception("rank %d failed", worker.rank)
+            results[worker.rank] = f"error: {exc}"
+
+    threads = [threading.Thread(target=play, args=(w,), name=f"rank-{w.rank}", daemon=True) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(timeout=0.5)
+    logger.info("ranks %s (%s) ended: %s", assignment.ranks, assignment.source, results)
+    return 0 if all(r == "finished" for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

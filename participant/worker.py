@@ -1,0 +1,202 @@
+"""One rank's life: join, take round tasks, train locally, stream the delta back; reconnect when cut off."""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+
+from fedsv.models import build_model
+from fedsv.shards import cached_splits, load_shard
+from fedsv.training import TrainConfig, local_update
+from fedsv.v1 import fedsv_pb2, fedsv_pb2_grpc
+from fedsv.wire import DEFAULT_CHUNK_BYTES, TensorSetAssembler, encode_tensor_set, iter_chunks
+
+logger = logging.getLogger(__name__)
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 8 << 20),
+    ("grpc.max_send_message_length", 8 << 20),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+]
+RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.NOT_FOUND,  # a restarted coordinator no longer knows our session: join again
+    grpc.StatusCode.UNAUTHENTICATED,  # our session token was replaced: join again
+}
+MAX_MODEL_BYTES = 1 << 30
+
+
+class Backoff:
+    """Exponential backoff with jitter between reconnection attempts."""
+
+    def __init__(self, first: float = 0.2, cap: float = 5.0, seed: int = 0) -> None:
+        self.first, self.cap, self.delay = first, cap, first
+        self._random = random.Random(seed)
+
+    def next(self) -> float:
+        delay = self.delay * (0.5 + self._random.random() / 2)
+        self.delay = min(self.cap, self.delay * 2)
+        return delay
+
+    def reset(self) -> None:
+        self.delay = self.first
+
+
+class RankWorker:
+    """Plays one rank of the run until the coordinator ends it (or `give_up_after` seconds unreachable)."""
+
+    def __init__(
+        self,
+        target: str,
+        rank: int,
+        world_size: int,
+        *,
+        credential: str = "",
+        data_dir: str = "",
+        give_up_after: float = 600.0,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.target, self.rank, self.world_size = target, rank, world_size
+        self.credential, self.data_dir, self.give_up_after = credential, data_dir, give_up_after
+        self.stop = stop or threading.Event()
+        self.rounds_trained: list[int] = []
+        self._shard: tuple | None = None  # (shard, corruption, model, train config)
+
+    def run(self) -> str:
+        """Returns the coordinator's end reason, or why this rank gave up."""
+        backoff = Backoff(seed=self.rank)
+        last_contact = time.time()
+        with grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS) as channel:
+            stub = fedsv_pb2_grpc.CoordinatorStub(channel)
+            while not self.stop.is_set():
+                try:
+                    reason = self._session(stub)
+                    if reason is not None:
+                        return reason
+                    backoff.reset()
+                    last_contact = time.time()
+                except grpc.RpcError as exc:
+                    code = exc.code()
+                    if code not in RETRYABLE:
+                        logger.error("rank %d: coordinator refused us: %s %s", self.rank, code, exc.details())
+                        return f"refused: {code.name}"
+                    if time.time() - last_contact > self.give_up_after:
+                        return "gave up: coordinator unreachable"
+                    delay = backoff.next()
+                    logger.info("rank %d: %s; reconnecting in %.1fs", self.rank, code.name, delay)
+                    self.stop.wait(delay)
+        return "stopped"
+
+    def _session(self, stub: fedsv_pb2_grpc.CoordinatorStub) -> str | None:
+        """Join and follow the task stream; None if the stream ended without the end of the run."""
+        num_samples = len(self._shard[0]) if self._shard else 0
+        reply = stub.Join(
+            fedsv_pb2.JoinRequest(
+                rank=self.rank,
+                world_size=self.world_size,
+                num_samples=num_samples,
+                credential=self.credential,
+                host=socket.gethostname(),
+            ),
+            timeout=30,
+        )
+        if self._shard is None:
+            self._prepare(reply.run)
+        assembler: TensorSetAssembler | None = None
+        task: fedsv_pb2.RoundTask | None = None
+        received = 0
+        for event in stub.Subscribe(
+            fedsv_pb2.SubscribeRequest(participant_id=reply.participant_id, session_token=reply.session_token)
+        ):
+            kind = event.WhichOneof("kind")
+            if kind == "end":
+                logger.info("rank %d: run ended (%s)", self.rank, event.end.reason)
+                return event.end.reason or "finished"
+            if kind == "task":
+                task, received = event.task, 0
+                assembler = TensorSetAssembler(
+                    task.model,
+                    max_total_bytes=MAX_MODEL_BYTES,
+                    max_chunk_bytes=reply.run.max_chunk_bytes or (4 << 20),
+                )
+            elif kind == "chunk" and assembler is not None and task is not None:
+                assembler.add(event.chunk)
+                received += 1
+            if task is not None and assembler is not None and received == task.model.num_chunks:
+                params = assembler.finish()
+                self._train_and_submit(stub, reply, task, params)
+                task, assembler = None, None
+            if self.stop.is_set():
+                return "stopped"
+        return None
+
+    def _prepare(self, run: fedsv_pb2.RunSpec) -> None:
+        splits = cached_splits(run.dataset, self.data_dir, run.seed, run.validation_size)
+        shard, corruption = load_shard(
+            splits, self.rank, run.world_size, run.partition, run.seed, run.corruption
+        )
+        model = build_model(run.model, splits.input_shape, splits.num_classes, seed=run.seed)
+        config = TrainConfig(
+            epochs=run.train.epochs,
+            batch_size=run.train.batch_size,
+            lr=run.train.lr,
+            momentum=run.train.momentum,
+            weight_decay=run.train.weight_decay,
+        )
+        self._shard = (shard, corruption, model, config)
+        logger.info("rank %d: %d local samples (%s)", self.rank, len(shard), run.corruption)
+
+    def _train_and_submit(
+        self,
+        stub: fedsv_pb2_grpc.CoordinatorStub,
+        reply: fedsv_pb2.JoinReply,
+        task: fedsv_pb2.RoundTask,
+        params: dict,
+    ) -> None:
+        assert self._shard is not None
+        shard, corruption, model, config = self._shard
+        started = time.time()
+        delta = local_update(
+            model, params, shard.x, shard.y, config, seed=task.train_seed, corruption=corruption
+        )
+        seconds = time.time() - started
+        chunk_bytes = min(reply.run.max_chunk_bytes or DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_BYTES)
+        header, payloads = encode_tensor_set(delta, chunk_bytes=chunk_bytes)
+
+        def messages() -> Iterator[fedsv_pb2.UpdateMessage]:
+            yield fedsv_pb2.UpdateMessage(
+                header=fedsv_pb2.UpdateHeader(
+                    participant_id=reply.participant_id,
+                    session_token=reply.session_token,
+                    round=task.round,
+                    num_samples=len(shard),
+                    delta=header,
+                    train_seconds=seconds,
+                )
+            )
+            for chunk in iter_chunks(header, payloads):
+                yield fedsv_pb2.UpdateMessage(chunk=chunk)
+
+        timeout = max(5.0, task.deadline_unix_ms / 1000 - time.time() + 30)
+        try:
+            stub.SubmitUpdate(messages(), timeout=timeout)
+            self.rounds_trained.append(task.round)
+            logger.info("rank %d: round %d delta sent (%.2fs training)", self.rank, task.round, seconds)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                raise
+            logger.warning(
+                "rank %d: round %d update rejected: %s %s", self.rank, task.round, code, exc.details()
+            )
