@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from valuation.game import Game
-from valuation.permutation import RunningMoments, check_accuracy, check_count
+from valuation.permutation import RunningMoments, check_accuracy, check_count, single_player_result
 from valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
@@ -97,16 +97,7 @@ class GroupTesting:
         empty, grand = game.empty_and_grand()
         extra = {"eps": self.eps, "delta": self.delta, "utility_range": self.utility_range}
         if m == 1:
-            return ValuationResult(
-                values=np.array([grand - empty]),
-                evaluations=game.evaluations - before,
-                method=self.method,
-                stderr=np.zeros(1),
-                utility_empty=empty,
-                utility_grand=grand,
-                samples=0,
-                extra=extra,
-            )
+            return single_player_result(game, self.method, before, extra)
         t_total = self.budget(m)
         z = harmonic_z(m)
         rng = np.random.default_rng(self.seed)

@@ -56,6 +56,21 @@ def prefix_rows(perms: npt.NDArray[np.int64]) -> BoolMatrix:
     return rows.reshape(t * m, m)
 
 
+def single_player_result(game: Game, method: str, before: int, extra: dict[str, float]) -> ValuationResult:
+    """A one-player game needs no sampling: the value is U({0}) - U(empty), known exactly."""
+    empty, grand = game.empty_and_grand()
+    return ValuationResult(
+        values=np.array([grand - empty]),
+        evaluations=game.evaluations - before,
+        method=method,
+        stderr=np.zeros(1),
+        utility_empty=empty,
+        utility_grand=grand,
+        samples=0,
+        extra=extra,
+    )
+
+
 class RunningMoments:
     """Per-column mean and sum of squared deviations over batches of rows (Chan et al. merge)."""
 
@@ -118,16 +133,7 @@ class PermutationSampling:
         empty, grand = game.empty_and_grand()
         extra = {"eps": self.eps, "delta": self.delta, "utility_range": self.utility_range}
         if m == 1:
-            return ValuationResult(
-                values=np.array([grand - empty]),
-                evaluations=game.evaluations - before,
-                method=self.method,
-                stderr=np.zeros(1),
-                utility_empty=empty,
-                utility_grand=grand,
-                samples=0,
-                extra=extra,
-            )
+            return single_player_result(game, self.method, before, extra)
         t_total = self.budget(m)
         rng = np.random.default_rng(self.seed)
         stats = RunningMoments(m)
