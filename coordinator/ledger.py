@@ -11,12 +11,15 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from coordinator.records import Checkpoint, RoundRecord, TrafficRow, ValueRow
+
 logger = logging.getLogger(__name__)
+
+__all__ = ["Checkpoint", "Ledger", "LedgerError", "RoundRecord", "TrafficRow", "ValueRow"]
 
 SCHEMA_VERSION = 1
 # FULL: in WAL mode every COMMIT fsyncs the WAL, so a round already reported (metrics, progress) also
@@ -28,80 +31,6 @@ _STRICT = " STRICT" if sqlite3.sqlite_version_info >= (3, 37, 0) else ""
 
 class LedgerError(Exception):
     """The ledger refuses an operation (wrong run, round already recorded, bad rows, unreadable file)."""
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    """One completed round as recorded: who took part, utilities, timings and traffic totals."""
-
-    round: int
-    selected: list[str]
-    received: list[str]
-    stragglers: list[str]
-    utility_before: float
-    utility_after: float
-    test_accuracy: float
-    test_loss: float
-    method: str
-    evaluations: int
-    valuation_seconds: float
-    round_seconds: float
-    train_wait_seconds: float
-    aggregation_seconds: float
-    evaluation_seconds: float
-    bytes_up: int
-    bytes_down: int
-    messages_up: int
-    messages_down: int
-    model_bytes: int  # size of one copy of the model on the wire (physical-minimum accounting)
-    group_rationality_residual: float
-    started_at: float
-    finished_at: float
-    local_train_seconds: float = 0.0  # slowest received participant's own training time (its report)
-
-    @property
-    def physical_minimum_bytes(self) -> int:
-        """One model copy down to every selected participant and one delta up from every received one."""
-        return self.model_bytes * (len(self.selected) + len(self.received))
-
-    @property
-    def bytes_ratio_to_minimum(self) -> float | None:
-        """(bytes up + down) / physical minimum; None when the minimum is zero."""
-        minimum = self.physical_minimum_bytes
-        return (self.bytes_up + self.bytes_down) / minimum if minimum > 0 else None
-
-
-@dataclass(frozen=True)
-class ValueRow:
-    """A participant's values in one round (normalized = this round's vector / its L2 norm)."""
-
-    round: int
-    participant: str
-    fedsv: float
-    loo: float
-    fedsv_normalized: float
-    loo_normalized: float
-
-
-@dataclass(frozen=True)
-class TrafficRow:
-    """Bytes and messages of one RPC in one direction ("up" = participant -> coordinator) in one round."""
-
-    round: int
-    rpc: str
-    direction: str
-    bytes: int
-    messages: int
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """The coordinator's state after `round` (the last completed round); only the latest is kept."""
-
-    round: int
-    global_params: bytes
-    rng_state: str
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 _ROUND_FIELDS = [(f.name, str(f.type)) for f in dataclasses.fields(RoundRecord)]
