@@ -1,0 +1,100 @@
+"""Per-round latency breakdown and bytes per round of real `fedsv launch` runs, valuation on vs off.
+
+Usage: python benchmarks/bench_rounds.py [--participants 50] [--fraction 0.2] [--rounds 5] [--out DIR]
+
+Runs the paper's setting scaled to the embedded data (m = 10 of N = 50, MLP) twice through the real
+runtime (coordinator + participant processes on loopback): once with exact FedSV, once with valuation
+off. Prints one table of per-round phase medians and bytes for both, side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from coordinator.config import RunConfig
+from coordinator.ledger import Ledger, RoundRecord
+from fedsv.launch import Launch, LaunchConfig
+
+
+def run_once(run: RunConfig, out: Path) -> tuple[list[RoundRecord], float]:
+    launch = Launch(run, LaunchConfig(out=str(out), metrics_port=-1))
+    started = time.perf_counter()
+    try:
+        launch.start()
+        code = launch.follow(lambda line: print("   ", line, flush=True))
+    finally:
+        launch.stop()
+    if code != 0:
+        raise SystemExit(f"run failed with exit code {code}; see {out}/coordinator.log")
+    with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
+        return ledger.rounds(), time.perf_counter() - started
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def summarize(records: list[RoundRecord]) -> dict[str, float]:
+    """Medians over rounds; round 1 is left out of the timings (processes warming up)."""
+    timed = records[1:] or records
+    return {
+        "local training (slowest)": median([r.local_train_seconds for r in timed]),
+        "wait incl. transfer": median([r.train_wait_seconds - r.local_train_seconds for r in timed]),
+        "aggregation": median([r.aggregation_seconds for r in timed]),
+        "valuation": median([r.valuation_seconds for r in timed]),
+        "test evaluation": median([r.evaluation_seconds for r in timed]),
+        "round total": median([r.round_seconds for r in timed]),
+        "utility evaluations": median([float(r.evaluations) for r in timed]),
+        "bytes up / round": median([float(r.bytes_up) for r in records]),
+        "bytes down / round": median([float(r.bytes_down) for r in records]),
+        "messages / round": median([float(r.messages_up + r.messages_down) for r in records]),
+        "physical minimum bytes": median([float(r.physical_minimum_bytes) for r in records]),
+        "ratio to minimum": median([r.bytes_ratio_to_minimum or float("nan") for r in records]),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--participants", type=int, default=50)
+    parser.add_argument("--fraction", type=float, default=0.2)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    print(f"command: {' '.join(sys.argv)}")
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
+    base = Path(args.out or tempfile.mkdtemp(prefix="fedsv-bench-rounds-"))
+    results = {}
+    for valuation in ("exact", "none"):
+        run = RunConfig(
+            participants=args.participants, fraction=args.fraction, rounds=args.rounds, valuation=valuation
+        )
+        print(f"run with valuation={valuation} (m = {run.selected_per_round} of N = {run.participants}):")
+        records, wall = run_once(run, base / valuation)
+        results[valuation] = summarize(records)
+        results[valuation]["whole run (s)"] = wall
+    print()
+    print(f"{'per round (median)':<28} {'valuation=exact':>16} {'valuation=none':>16} {'exact/none':>11}")
+    for key in results["exact"]:
+        a, b = results["exact"][key], results["none"][key]
+        ratio = f"{a / b:11.3f}" if b else f"{'-':>11}"
+        unit = "" if "bytes" in key or "messages" in key or "ratio" in key or "evaluations" in key else " s"
+        print(f"{key + unit:<28} {a:16.4f} {b:16.4f} {ratio}")
+    same = all(
+        results["exact"][k] == results["none"][k]
+        for k in ("bytes up / round", "bytes down / round", "messages / round")
+    )
+    print(f"\nidentical bytes and messages with and without valuation: {same}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
