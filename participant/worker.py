@@ -35,6 +35,9 @@ RETRYABLE = {
     grpc.StatusCode.UNAUTHENTICATED,  # our session token was replaced: join again
 }
 MAX_MODEL_BYTES = 1 << 30
+# local_update seeds torch's process-global RNG (dropout): ranks of one process train one at a time so
+# every rank's delta is the same whichever ranks share its process. Processes give the parallelism.
+_TRAIN_LOCK = threading.Lock()
 
 
 class Backoff:
@@ -166,11 +169,12 @@ class RankWorker:
     ) -> None:
         assert self._shard is not None
         shard, corruption, model, config = self._shard
-        started = time.time()
-        delta = local_update(
-            model, params, shard.x, shard.y, config, seed=task.train_seed, corruption=corruption
-        )
-        seconds = time.time() - started
+        with _TRAIN_LOCK:
+            started = time.time()
+            delta = local_update(
+                model, params, shard.x, shard.y, config, seed=task.train_seed, corruption=corruption
+            )
+            seconds = time.time() - started
         chunk_bytes = min(reply.run.max_chunk_bytes or DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_BYTES)
         header, payloads = encode_tensor_set(delta, chunk_bytes=chunk_bytes)
 
