@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -23,6 +23,8 @@ MODES = ("fast", "batched", "naive")
 def _has_linear_stem(model: nn.Module) -> bool:
     """True if the model exposes prepare/stem/head with a stem that is linear in its parameters."""
     stem = getattr(model, "stem", None)
+    if isinstance(stem, nn.Conv2d) and stem.groups != 1:
+        return False  # _stem_outputs stacks the deltas along the output channels: groups=1 only
     return (
         isinstance(stem, (nn.Linear, nn.Conv2d))
         and isinstance(getattr(model, "head", None), nn.Module)
@@ -117,18 +119,20 @@ class RoundGame(Game):
         out = out.reshape(out.shape[0], self.m, -1, *out.shape[2:]).transpose(0, 1).contiguous()
         return base, out
 
-    def _stem_chunks(self, chunk: int) -> list[tuple[int, Tensor, Tensor]]:
+    def _stem_chunks(self, chunk: int) -> Iterable[tuple[int, Tensor, Tensor]]:
         """(start, w_t stem output, per-delta stem outputs) per validation chunk.
 
-        Computed once per round and kept when they fit the memory budget; recomputed per call otherwise.
+        Computed once per round and kept when they fit the memory budget; otherwise produced lazily,
+        one chunk at a time, on every call (so only one chunk's stem outputs are alive at once).
         """
         if self._stem_cache is not None:
             return self._stem_cache
         x = self.inputs.x_val
-        chunks = [(s, *self._stem_outputs(x[s : s + chunk])) for s in range(0, x.shape[0], chunk)]
+        starts = range(0, x.shape[0], chunk)
         if self._stem_floats() * x.shape[0] * (self.m + 1) <= self._budget_floats:
-            self._stem_cache = chunks
-        return chunks
+            self._stem_cache = [(s, *self._stem_outputs(x[s : s + chunk])) for s in starts]
+            return self._stem_cache
+        return ((s, *self._stem_outputs(x[s : s + chunk])) for s in starts)
 
     def _stem(self) -> nn.Module:
         stem = self.model.stem

@@ -1,0 +1,399 @@
+"""Benchmark of one round's federated-SV valuation: exact FedSV per RoundGame mode, sampling estimators."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedsv.data import load_dataset
+from fedsv.models import build_model
+from fedsv.partition import partition_indices
+from fedsv.training import TrainConfig, apply_delta, fedavg, local_update, params_of
+from valuation import RoundGame, plan, shapley_values
+from valuation.result import ValuationResult
+
+logger = logging.getLogger(__name__)
+
+TRAIN_CONFIG = TrainConfig(epochs=1, batch_size=10, lr=0.05)
+"""Local training of every participant: one epoch of plain SGD (the demo's batch size and learning rate)."""
+
+TRAIN_ROUNDS = 2
+"""FedAvg rounds trained; the benchmark values the last one (w_t after round 1, the deltas of round 2)."""
+
+VALUE_TOLERANCE = 1e-6
+"""Largest allowed |value - naive value| of any participant, any mode."""
+
+MIN_FAST_OVER_NAIVE = 4.0
+"""Required speed-up of mode "fast" over mode "naive" for exact FedSV of the MLP round."""
+
+EPS_LADDER = (0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+"""Accuracies tried in order when a sampling cell would run past its time budget."""
+
+
+@dataclass
+class RealRound:
+    """A round of real FedAvg training: w_t, the participants' deltas and their sample counts."""
+
+    model_name: str
+    input_shape: tuple[int, int, int]
+    global_params: dict[str, Tensor]
+    deltas: list[dict[str, Tensor]]
+    counts: list[int]
+    x_val: Tensor
+    y_val: Tensor
+    describe: str
+
+    @property
+    def m(self) -> int:
+        return len(self.deltas)
+
+    def game(self, mode: str = "fast", num_val: int | None = None, m: int | None = None) -> RoundGame:
+        """A fresh (empty-cache) round game over the first num_val validation samples and first m deltas."""
+        n = self.x_val.shape[0] if num_val is None else num_val
+        k = self.m if m is None else m
+        model = build_model(self.model_name, self.input_shape)
+        return RoundGame(
+            model,
+            self.global_params,
+            self.deltas[:k],
+            self.counts[:k],
+            self.x_val[:n],
+            self.y_val[:n],
+            mode=mode,
+        )
+
+
+def train_round(
+    model_name: str,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_val: np.ndarray,
+    y_val: np.ndarray,
+    participants: int,
+    seed: int = 0,
+) -> RealRound:
+    """TRAIN_ROUNDS rounds of FedAvg over an IID partition; returns the last round's inputs."""
+    input_shape = (int(x_train.shape[1]), int(x_train.shape[2]), int(x_train.shape[3]))
+    model = build_model(model_name, input_shape, seed=seed)
+    global_params = params_of(model)
+    parts = partition_indices(y_train, participants, "iid", seed)
+    counts = [len(p) for p in parts]
+    deltas: list[dict[str, Tensor]] = []
+    for t in range(TRAIN_ROUNDS):
+        if t > 0:
+            global_params = apply_delta(global_params, fedavg(deltas, counts))
+        deltas = [
+            local_update(model, global_params, x_train[p], y_train[p], TRAIN_CONFIG, seed=1000 * t + i)
+            for i, p in enumerate(parts)
+        ]
+    describe = (
+        f"{model_name}: {participants} IID participants x {counts[0]} samples, round {TRAIN_ROUNDS} of "
+        f"FedAvg (local: {TRAIN_CONFIG.epochs} epoch, batch {TRAIN_CONFIG.batch_size}, lr {TRAIN_CONFIG.lr})"
+    )
+    return RealRound(
+        model_name,
+        input_shape,
+        global_params,
+        deltas,
+        counts,
+        torch.from_numpy(x_val),
+        torch.from_numpy(y_val),
+        describe,
+    )
+
+
+def to_cifar_shape(x: np.ndarray) -> np.ndarray:
+    """1x28x28 digits -> 3x32x32 images (zero-padded by 2 pixels, gray replicated to 3 channels)."""
+    padded = np.pad(x, ((0, 0), (0, 0), (2, 2), (2, 2)))
+    return np.ascontiguousarray(np.repeat(padded, 3, axis=1), dtype=np.float32)
+
+
+def timed(run: Callable[[], ValuationResult]) -> tuple[float, ValuationResult]:
+    start = time.perf_counter()
+    result = run()
+    return time.perf_counter() - start, result
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages, or "n/a" where the OS has none."""
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A Markdown table, columns padded to their widest cell."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |")
+    print(flush=True)
+
+
+# --------------------------------------------------------------------------- part A
+
+
+@dataclass
+class ExactCase:
+    """One model's exact-FedSV timing: the round, its size and the modes timed."""
+
+    label: str
+    rnd: RealRound
+    num_val: int
+    m: int
+    modes: tuple[str, ...]
+    check_ratio: bool
+
+
+def run_exact_case(case: ExactCase, repeats: int, failures: list[str]) -> tuple[list[list[str]], np.ndarray]:
+    """Time exact FedSV per mode (fresh game per repeat, modes interleaved); rows of the table."""
+    seconds: dict[str, list[float]] = {mode: [] for mode in case.modes}
+    values: dict[str, list[np.ndarray]] = {mode: [] for mode in case.modes}
+    evaluations: dict[str, int] = {}
+    for _ in range(repeats):
+        for mode in case.modes:
+            game = case.rnd.game(mode, case.num_val, case.m)
+            assert game.mode == mode, f"{case.label}: mode {mode} fell back to {game.mode}"
+            elapsed, result = timed(partial(shapley_values, game, method="exact"))
+            seconds[mode].append(elapsed)
+            values[mode].append(result.values)
+            evaluations[mode] = game.evaluations
+    reference = values["naive"][0]
+    naive_s = statistics.median(seconds["naive"])
+    rows = []
+    for mode in case.modes:
+        median = statistics.median(seconds[mode])
+        diff = max(float(np.max(np.abs(v - reference))) for v in values[mode])
+        ratio = naive_s / median
+        rows.append(
+            [
+                case.label,
+                str(case.num_val),
+                str(case.m),
+                mode,
+                f"{median:.3f}",
+                str(evaluations[mode]),
+                f"{1000 * median / evaluations[mode]:.3f}",
+                f"{ratio:.2f}x",
+                f"{diff:.1e}",
+            ]
+        )
+        if diff > VALUE_TOLERANCE:
+            failures.append(
+                f"{case.label} {mode}: values differ from naive by {diff:.2e} > {VALUE_TOLERANCE}"
+            )
+        if case.check_ratio and mode == "fast" and ratio < MIN_FAST_OVER_NAIVE:
+            failures.append(f"{case.label}: fast/naive speed-up {ratio:.2f}x < {MIN_FAST_OVER_NAIVE}x")
+    return rows, reference
+
+
+# --------------------------------------------------------------------------- part B
+
+
+def probe_cost(rnd: RealRound, probe: int = 512) -> tuple[float, float]:
+    """(seconds once per game, seconds per coalition) of a fresh fast game, measured on random coalitions.
+
+    The first small batch pays the per-round stem outputs; the second batch gives the marginal cost.
+    """
+    game = rnd.game("fast")
+    rows = np.random.default_rng(123).random((probe + 32, rnd.m)) < 0.5
+    start = time.perf_counter()
+    game.utilities(rows[:32])
+    first = time.perf_counter()
+    before = game.evaluations
+    game.utilities(rows[32:])
+    per_coalition = (time.perf_counter() - first) / max(1, game.evaluations - before)
+    return max(0.0, first - start - before * per_coalition), per_coalition
+
+
+def choose_eps(
+    method: str, m: int, eps: float, delta: float, cost: tuple[float, float], budget_s: float, repeats: int
+) -> float:
+    """The smallest eps (eps itself, then the ladder) whose planned evaluations fit the cell's time budget."""
+    fixed, per_coalition = cost
+    for candidate in (eps, *(e for e in EPS_LADDER if e > eps)):
+        if (fixed + plan(m, candidate, delta)[method] * per_coalition) * repeats <= budget_s:
+            return candidate
+    return EPS_LADDER[-1]
+
+
+def run_sampling(
+    rounds: dict[int, RealRound],
+    exact_values: np.ndarray,
+    eps: float,
+    delta: float,
+    repeats: int,
+    budget_s: float,
+) -> list[list[str]]:
+    rows = []
+    for m, rnd in rounds.items():
+        cost = probe_cost(rnd)
+        for method in ("permutation", "group_testing"):
+            cell_eps = choose_eps(method, m, eps, delta, cost, budget_s, repeats)
+            planned = plan(m, cell_eps, delta)
+            seconds, evaluations, errors = [], [], []
+            for repeat in range(repeats):
+                game = rnd.game("fast")
+                elapsed, result = timed(
+                    partial(shapley_values, game, method=method, eps=cell_eps, delta=delta, seed=repeat)
+                )
+                seconds.append(elapsed)
+                evaluations.append(result.evaluations)
+                if m == exact_values.shape[0]:
+                    errors.append(float(np.max(np.abs(result.values - exact_values))))
+            rows.append(
+                [
+                    str(m),
+                    method,
+                    f"{cell_eps:g}" + ("" if cell_eps == eps else " *"),
+                    str(planned[method]),
+                    str(planned["exact"]) if "exact" in planned else f"2^{m}",
+                    str(int(statistics.median(evaluations))),
+                    f"{statistics.median(seconds):.2f}",
+                    f"{max(errors):.4f}" if errors else "-",
+                ]
+            )
+            print(f"  m={m} {method}: eps {cell_eps:g}, {statistics.median(seconds):.2f} s", flush=True)
+    return rows
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="timed repeats per cell (default 3; 1 with --quick)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller CNN games and a tighter sampling budget"
+    )
+    parser.add_argument("--eps", type=float, default=0.05, help="target accuracy of the sampling estimators")
+    parser.add_argument(
+        "--delta", type=float, default=0.05, help="failure probability of the sampling estimators"
+    )
+    parser.add_argument(
+        "--cell-budget",
+        type=float,
+        default=None,
+        help="seconds (all repeats) a sampling cell may take, else larger eps (default 75; 10 with --quick)",
+    )
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    args = parser.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 3
+    if args.cell_budget is None:
+        args.cell_budget = 10.0 if args.quick else 75.0
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    print(f"command: python {shlex.join(sys.argv)}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs "
+        f"({cpu_model()}), python {platform.python_version()}, {platform.system()} {platform.machine()}"
+    )
+    print(f"load average at start {load_average()}")
+    print(f"repeats {args.repeats} (median reported), fresh RoundGame per repeat\n", flush=True)
+
+    splits = load_dataset("embedded", seed=0, validation_size=1000)
+    x_tr, y_tr = splits.train.x, splits.train.y
+    x_val, y_val = splits.validation.x, splits.validation.y
+    mlp = train_round("mlp", x_tr, y_tr, x_val, y_val, participants=10)
+    cnn = train_round("cnn_mnist", x_tr, y_tr, x_val, y_val, participants=10)
+    cifar = train_round(
+        "cnn_cifar", to_cifar_shape(x_tr), y_tr, to_cifar_shape(x_val), y_val, participants=10
+    )
+    print("rounds (real local training on the embedded MNIST sample):")
+    for rnd in (mlp, cnn, cifar):
+        print(f"  {rnd.describe}")
+    print("  cnn_cifar runs on the embedded digits padded to 32x32 and replicated to 3 channels")
+    print(f"  ({time.perf_counter() - started:.1f} s to load and train)\n", flush=True)
+
+    failures: list[str] = []
+    cases = [
+        ExactCase("MLP", mlp, 1000, 10, ("fast", "batched", "naive"), check_ratio=True),
+        ExactCase(
+            "MnistCNN", cnn, 64 if args.quick else 200, 6 if args.quick else 10, ("fast", "naive"), False
+        ),
+        ExactCase(
+            "CifarCNN", cifar, 32 if args.quick else 100, 6 if args.quick else 8, ("fast", "naive"), False
+        ),
+    ]
+    rows: list[list[str]] = []
+    exact_mlp = np.zeros(0)
+    for case in cases:
+        case_rows, reference = run_exact_case(case, args.repeats, failures)
+        rows.extend(case_rows)
+        if case.label == "MLP":
+            exact_mlp = reference
+        print(f"  {case.label}: done", flush=True)
+    print("\nPart A - exact FedSV of one round (all 2^m coalitions via shapley_values(method='exact'))\n")
+    print_table(
+        ["model", "val n", "m", "mode", "median s", "evaluations", "ms/coalition", "vs naive", "max abs dv"],
+        rows,
+    )
+
+    print("Part B - sampling estimators on real MLP rounds (mode 'fast', 1000 validation samples)")
+    started_b = time.perf_counter()
+    sampling_rounds: dict[int, RealRound] = {10: mlp}
+    for m in (20, 50):
+        sampling_rounds[m] = train_round("mlp", x_tr, y_tr, x_val, y_val, participants=m)
+    for m in (20, 50):
+        print(f"  m={m}: {sampling_rounds[m].describe}")
+    b_rows = run_sampling(sampling_rounds, exact_mlp, args.eps, args.delta, args.repeats, args.cell_budget)
+    print(
+        f"\ndelta = {args.delta}, utility range 1; '*' = eps raised from {args.eps} so that the cell "
+        f"fits its {args.cell_budget:g} s budget ({args.repeats} repeats); planned = plan(m, eps, delta); "
+        "max abs err = worst over repeats (seeds 0..repeats-1) vs the exact values of Part A\n"
+    )
+    print_table(
+        ["m", "method", "eps", "planned", "exact", "distinct evals", "median s", "max abs err"],
+        b_rows,
+    )
+    print(f"Part B: {time.perf_counter() - started_b:.1f} s; total {time.perf_counter() - started:.1f} s")
+    print(f"load average at end {load_average()} (other processes on the machine slow every timing)")
+    for failure in failures:
+        print(f"FAIL: {failure}")
+    if failures:
+        return 1
+    print(
+        f"OK: all modes agree within {VALUE_TOLERANCE:g}; MLP fast/naive speed-up >= {MIN_FAST_OVER_NAIVE:g}x"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
