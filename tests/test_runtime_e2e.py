@@ -314,3 +314,21 @@ def test_participants_launched_by_mpirun_take_their_ranks_from_mpi(tmp_path: Pat
     log = (state / "coordinator.log").read_text()
     assert all(f"rank {r} joined" in log for r in range(4))
     assert _rounds_in(state) == [1]
+
+
+def test_distributed_run_values_equal_the_in_process_demo(
+    exact_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """The same seed through gRPC and processes gives the values of the same rounds run in one process."""
+    from fedsv.demo import DemoConfig, run_demo
+
+    out, _ = exact_run
+    demo = run_demo(DemoConfig(**SMALL, valuation="exact"))  # type: ignore[arg-type]
+    in_process = [
+        (rv.round, p, float(v))
+        for rv in demo.valuation.per_round()
+        for p, v in zip(rv.participants, rv.fedsv, strict=True)
+    ]
+    distributed = [(v[0], v[1], v[2]) for v in _ledger_digest(out)["values"]]
+    assert [k[:2] for k in sorted(distributed)] == [k[:2] for k in sorted(in_process)]
+    assert [k[2] for k in sorted(distributed)] == pytest.approx([k[2] for k in sorted(in_process)], abs=1e-12)
