@@ -88,7 +88,10 @@ class ServerConfig:
     max_chunk_bytes: int = field(default=1 << 20, metadata={"help": "largest accepted chunk"})
     max_update_bytes: int = field(default=1 << 30, metadata={"help": "largest accepted update stream"})
     credential: str = field(default="", metadata={"help": "shared join credential participants must present"})
-    linger: float = field(default=3.0, metadata={"help": "seconds to keep serving after the run ends"})
+    linger: float = field(
+        default=3.0,
+        metadata={"help": "seconds to serve health and metrics after the run ends (-1: until SIGTERM)"},
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 < self.quorum <= 1.0:

@@ -127,11 +127,17 @@ class Coordinator:
         )
 
     def run(self) -> str:
-        """Run the rounds to the end, then let participants read the end of the run and stop."""
+        """Run the rounds to the end, then keep serving (health, final metrics) for `linger` seconds.
+
+        linger < 0 serves until SIGTERM: a coordinator under a Kubernetes Deployment stays up with
+        its final metrics instead of exiting into a restart loop. Participants read the end of the
+        run from their task streams meanwhile and exit.
+        """
         reason = self.loop.run()
-        deadline = time.time() + self.server_config.linger
-        while time.time() < deadline and any(p.streams > 0 for p in self.state.participants.values()):
-            time.sleep(0.05)
+        linger = self.server_config.linger
+        deadline = float("inf") if linger < 0 else time.time() + linger
+        while time.time() < deadline and not self.loop.stop_event.is_set():
+            self.loop.stop_event.wait(0.1)
         return reason
 
     def stop(self) -> None:
