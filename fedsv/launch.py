@@ -58,9 +58,9 @@ class Launch:
         self.participants: list[subprocess.Popen[bytes]] = []
 
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
-        log = open(self.out / log_name, "ab")  # noqa: SIM115 - handed to the child, closed with it
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        return subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+        with open(self.out / log_name, "ab") as log:  # the child keeps its own copy of the descriptor
+            return subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def start(self) -> tuple[int, int]:
         """Start the coordinator, then (once it serves) the participants; returns (grpc, metrics) ports."""
