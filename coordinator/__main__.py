@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from coordinator.config import RunConfig, ServerConfig
 from coordinator.ledger import LedgerError
 from coordinator.server import serve
-from fedsv.config_args import add_dataclass_args, build_config, load_config_file
+from fedsv.config_args import add_dataclass_args, build_configs, load_config_file
 
 logger = logging.getLogger(__name__)
 
@@ -29,13 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         values = load_config_file(args.config) if args.config else {}
-        run_keys = set(RunConfig.__dataclass_fields__)
-        server_keys = set(ServerConfig.__dataclass_fields__)
-        unknown = sorted(set(values) - run_keys - server_keys)
-        if unknown:
-            raise ValueError(f"unknown config keys {unknown}")
-        run = build_config(RunConfig, args, {k: v for k, v in values.items() if k in run_keys})
-        server = build_config(ServerConfig, args, {k: v for k, v in values.items() if k in server_keys})
+        run, server = build_configs(args, values, RunConfig, ServerConfig)
         return serve(run, server)
     except (ValueError, LedgerError) as exc:
         print(f"coordinator: error: {exc}", file=sys.stderr)

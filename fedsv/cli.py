@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from coordinator.config import RunConfig
 from coordinator.ledger import LedgerError
-from fedsv.config_args import add_dataclass_args, build_config, load_config_file
+from fedsv.config_args import add_dataclass_args, build_config, build_configs, load_config_file
 from fedsv.demo import DemoConfig, main_demo
 from fedsv.launch import Launch, LaunchConfig
 
@@ -43,15 +43,7 @@ def main_launch(args: argparse.Namespace) -> int:
     from fedsv.report import format_table, write_outputs
 
     file_values = load_config_file(args.config) if args.config else {}
-    run_keys = set(RunConfig.__dataclass_fields__)
-    launch_keys = set(LaunchConfig.__dataclass_fields__)
-    unknown = sorted(set(file_values) - run_keys - launch_keys)
-    if unknown:
-        raise ValueError(f"unknown config keys {unknown}")
-    run = build_config(RunConfig, args, {k: v for k, v in file_values.items() if k in run_keys})
-    launch_config = build_config(
-        LaunchConfig, args, {k: v for k, v in file_values.items() if k in launch_keys}
-    )
+    run, launch_config = build_configs(args, file_values, RunConfig, LaunchConfig)
     launch = Launch(run, launch_config, log_level=args.log_level)
     print(
         f"fedsv launch: {run.participants} participants ({run.selected_per_round} per round), "

@@ -69,3 +69,15 @@ def build_config(cls: type[T], args: argparse.Namespace, file_values: dict[str, 
         if flag_value is not None:
             values[name] = flag_value
     return cls(**values)
+
+
+def build_configs(args: argparse.Namespace, file_values: dict[str, Any], *classes: type[Any]) -> list[Any]:
+    """One config file split over several dataclasses (each key goes to the class that has it)."""
+    names = [{f.name for f in dataclasses.fields(cls)} for cls in classes]
+    unknown = sorted(set(file_values) - set().union(*names))
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}")
+    return [
+        build_config(cls, args, {k: v for k, v in file_values.items() if k in keys})
+        for cls, keys in zip(classes, names, strict=True)
+    ]
