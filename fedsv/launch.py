@@ -91,6 +91,9 @@ class Launch:
                 raise RuntimeError("coordinator did not start serving within 120 s")
             time.sleep(0.05)
         grpc_port, metrics_port = (int(v) for v in port_file.read_text().split())
+        if self._recorded_rounds() >= self.run.rounds:
+            logger.info("%s holds the finished run: no participants needed", self.out)
+            return grpc_port, metrics_port
         n = self.run.participants
         processes = self.launch.processes or min(n, 4)
         for index in range(min(processes, n)):
@@ -113,6 +116,13 @@ class Launch:
                 )
             )
         return grpc_port, metrics_port
+
+    def _recorded_rounds(self) -> int:
+        ledger_path = self.out / "ledger.sqlite"
+        if not ledger_path.exists():
+            return 0
+        with Ledger(ledger_path, read_only=True) as ledger:
+            return len(ledger.rounds())
 
     def _log_tail(self, lines: int = 5) -> str:
         path = self.out / "coordinator.log"
@@ -139,11 +149,14 @@ class Launch:
                 logger.error("run exceeded %.0f s; stopping it", self.launch.timeout)
                 self.coordinator.terminate()
             time.sleep(0.25)
+        # Participants leave on the run's end message; one that missed it (it connected after the
+        # coordinator had gone, e.g. when a finished run is launched again) is stopped, not waited for.
+        grace = time.time() + 10
         for proc in self.participants:
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=max(0.1, grace - time.time()))
             except subprocess.TimeoutExpired:
-                proc.kill()
+                proc.terminate()
         return int(self.coordinator.returncode)
 
     def stop(self) -> None:
