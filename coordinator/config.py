@@ -36,6 +36,10 @@ class RunConfig:
     corrupt: str = field(
         default="", metadata={"help": "per-rank corruptions, e.g. '0-3=flip:0.1;7=backdoor'"}
     )
+    selection: str = field(
+        default="",
+        metadata={"help": "fixed per-round selection instead of the seeded draw, e.g. '1=0-4;2=3,7'"},
+    )
 
     def __post_init__(self) -> None:
         if self.participants < 1:
@@ -47,6 +51,7 @@ class RunConfig:
         if self.valuation not in VALUATION_METHODS:
             raise ValueError(f"valuation must be one of {list(VALUATION_METHODS)}, got {self.valuation!r}")
         self.corruptions()  # validates the spec
+        self.schedule()  # validates the selection
 
     @property
     def selected_per_round(self) -> int:
@@ -62,6 +67,28 @@ class RunConfig:
             parse_corruption(spec)
             for rank in parse_ranks(ranks, self.participants):
                 out[rank] = spec
+        return out
+
+    def schedule(self) -> dict[int, tuple[int, ...]]:
+        """round -> selected ranks, from `selection` ("ROUND=RANKS;..."); empty for the seeded draw.
+
+        A fixed selection must name every round: replaying a run's selection while dismissing some of
+        each round's participants (data summarization) is what it is for.
+        """
+        out: dict[int, tuple[int, ...]] = {}
+        for part in filter(None, (p.strip() for p in self.selection.split(";"))):
+            number, sep, ranks = part.partition("=")
+            if not sep or not number.strip().isdigit():
+                raise ValueError(f"selection entry {part!r} must look like ROUND=RANKS, e.g. 1=0-4,7")
+            round_number = int(number)
+            if not 1 <= round_number <= self.rounds:
+                raise ValueError(f"selection names round {round_number}; the run has rounds 1..{self.rounds}")
+            if round_number in out:
+                raise ValueError(f"selection names round {round_number} twice")
+            out[round_number] = parse_ranks(ranks, self.participants)
+        if out and len(out) != self.rounds:
+            missing = sorted(set(range(1, self.rounds + 1)) - set(out))
+            raise ValueError(f"selection must name every round; missing {missing}")
         return out
 
     def to_dict(self) -> dict[str, Any]:

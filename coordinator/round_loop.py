@@ -78,6 +78,7 @@ class RoundLoop:
         self.model = build_model(run.model, splits.input_shape, splits.num_classes, seed=run.seed)
         self.params = params_of(self.model)
         self.rng = np.random.default_rng(run.seed)
+        self.schedule = run.schedule()
         self.accounting = FederatedValuation()
         self.completed = 0
         self._resume()
@@ -141,11 +142,13 @@ class RoundLoop:
         return True
 
     def _select(self, number: int) -> list[str]:
+        """The seeded draw of m participants, or the round's entry of a fixed `selection`."""
         run = self.run_config
         ranks = sorted(
             int(r) for r in self.rng.choice(run.participants, size=run.selected_per_round, replace=False)
         )
-        return [participant_id(r) for r in ranks]
+        fixed = self.schedule.get(number)
+        return [participant_id(r) for r in (fixed if fixed is not None else ranks)]
 
     def _collect(self, opened: OpenRound) -> bool:
         """Wait until all selected reported or the deadline passed; then until a quorum, if short of one."""

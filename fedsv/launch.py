@@ -31,6 +31,9 @@ class LaunchConfig:
     timeout: float = field(
         default=3600.0, metadata={"help": "give up on the whole run after this many seconds"}
     )
+    linger: float = field(
+        default=3.0, metadata={"help": "seconds the coordinator serves final metrics after the run"}
+    )
 
 
 def _bar(done: int, total: int, width: int = 20) -> str:
@@ -75,6 +78,7 @@ class Launch:
             "metrics_port": self.launch.metrics_port,
             "port_file": str(port_file),
             "round_timeout": self.launch.round_timeout,
+            "linger": self.launch.linger,
         }
         (self.out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         self.coordinator = self._spawn(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 
 from fedsv.corruptions import Corruption, parse_corruption
 from fedsv.data import ArrayDataset, DatasetSplits, load_dataset
@@ -12,10 +13,22 @@ from fedsv.partition import participant_indices
 logger = logging.getLogger(__name__)
 
 
+_LOAD_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=4)
-def cached_splits(dataset: str, data_dir: str, seed: int, validation_size: int) -> DatasetSplits:
-    """The run's splits, loaded once per process (many ranks may share a process)."""
+def _load_splits(dataset: str, data_dir: str, seed: int, validation_size: int) -> DatasetSplits:
     return load_dataset(dataset, data_dir or None, seed=seed, validation_size=validation_size)
+
+
+def cached_splits(dataset: str, data_dir: str, seed: int, validation_size: int) -> DatasetSplits:
+    """The run's splits, loaded once per process (many ranks may share a process).
+
+    The lock makes ranks that start together wait for the first load instead of each loading the
+    data set at once (lru_cache alone does not hold concurrent callers back).
+    """
+    with _LOAD_LOCK:
+        return _load_splits(dataset, data_dir, seed, validation_size)
 
 
 def load_shard(

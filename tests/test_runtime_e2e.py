@@ -141,6 +141,22 @@ def test_valuation_adds_no_communication(
     assert with_valuation, "traffic was counted"
 
 
+def test_fixed_selection_replaces_the_seeded_draw(tmp_path: Path) -> None:
+    out = tmp_path / "fixed"
+    proc = _launch(out, selection="1=0,2,5;2=3", valuation="exact")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
+        rounds = ledger.rounds()
+        assert [r.selected for r in rounds] == [["p000", "p002", "p005"], ["p003"]]
+        assert [r.received for r in rounds] == [r.selected for r in rounds]
+        assert {(v.round, v.participant) for v in ledger.values()} == {
+            (1, "p000"),
+            (1, "p002"),
+            (1, "p005"),
+            (2, "p003"),
+        }
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
