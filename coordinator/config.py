@@ -115,6 +115,27 @@ class ServerConfig:
     max_chunk_bytes: int = field(default=1 << 20, metadata={"help": "largest accepted chunk"})
     max_update_bytes: int = field(default=1 << 30, metadata={"help": "largest accepted update stream"})
     credential: str = field(default="", metadata={"help": "shared join credential participants must present"})
+    tls_dir: str = field(
+        default="",
+        metadata={"help": "TLS: directory with ca.pem and coordinator.pem/.key (made by `fedsv certs`)"},
+    )
+    tls_client_auth: bool = field(
+        default=True,
+        metadata={"help": "with --tls-dir: require each participant's certificate (mTLS; default on)"},
+    )
+    insecure: bool = field(default=False, metadata={"help": "serve plaintext gRPC (no TLS); logs a warning"})
+    tokens_file: str = field(
+        default="", metadata={"help": "per-participant join tokens, lines 'pNNN TOKEN' (`fedsv certs`)"}
+    )
+    health_port: int = field(
+        default=50052,
+        metadata={"help": "plaintext port serving only the gRPC health service (0 = ephemeral, -1 = off)"},
+    )
+    max_tensors: int = field(default=1024, metadata={"help": "most tensors an update may announce"})
+    max_streams_per_participant: int = field(
+        default=2,
+        metadata={"help": "concurrent Subscribe (and SubmitUpdate) calls of one participant"},
+    )
     linger: float = field(
         default=3.0,
         metadata={"help": "seconds to serve health and metrics after the run ends (-1: until SIGTERM)"},
@@ -127,3 +148,17 @@ class ServerConfig:
             raise ValueError(f"round_timeout must be positive, got {self.round_timeout}")
         if self.max_chunk_bytes < 1024 or self.max_chunk_bytes > (4 << 20) - 4096:
             raise ValueError("max_chunk_bytes must be between 1 KiB and just under the 4 MiB gRPC limit")
+        if self.max_tensors < 1 or self.max_streams_per_participant < 1:
+            raise ValueError("max_tensors and max_streams_per_participant must be at least 1")
+        if self.tls_dir and self.insecure:
+            raise ValueError("choose one of --tls-dir and --insecure, not both")
+        if not self.tls_dir and not self.insecure:
+            raise ValueError(
+                "the coordinator needs --tls-dir DIR (TLS; create DIR with `fedsv certs`) "
+                "or, for plaintext on a trusted network, --insecure"
+            )
+        if self.tls_dir and not self.tls_client_auth and not self.tokens_file:
+            raise ValueError(
+                "--no-tls-client-auth needs --tokens-file: without client certificates, per-participant "
+                "tokens prove who submits"
+            )

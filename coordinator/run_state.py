@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from torch import Tensor
@@ -30,7 +31,6 @@ class ParticipantInfo:
     rank: int
     token: str
     host: str = ""
-    streams: int = 0
     joined_at: float = field(default_factory=time.time)
 
 
@@ -48,17 +48,43 @@ class OpenRound:
     closed: bool = False
 
 
+def same_secret(given: str, expected: str) -> bool:
+    """Constant-time comparison of secrets; any string (compare_digest refuses non-ASCII str)."""
+    return secrets.compare_digest(given.encode(), expected.encode())
+
+
 def participant_id(rank: int) -> str:
     """The stable id of a rank."""
     return f"p{rank:03d}"
 
 
 class RunState:
-    """Participants, the open round and traffic counters, guarded by one condition variable."""
+    """Participants, the open round and traffic counters, guarded by one condition variable.
 
-    def __init__(self, world_size: int, credential: str = "") -> None:
+    Who may act as a participant: the shared `credential` (if set) on Join; the participant's own
+    token from `tokens` (if given) on Join; with `require_peer` (mutual TLS) the verified certificate
+    name `peer` must be the participant id on every call; the session token issued at Join on every
+    later call. At most `max_streams` concurrent calls of each kind per participant.
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        credential: str = "",
+        *,
+        tokens: Mapping[str, str] | None = None,
+        require_peer: bool = False,
+        max_streams: int = 2,
+    ) -> None:
         self.world_size = world_size
         self.credential = credential
+        self.tokens = dict(tokens or {})
+        self.require_peer = require_peer
+        self.max_streams = max_streams
+        self.open_calls: dict[tuple[str, str], int] = defaultdict(int)
+        # Each open task stream waits on its own event, set only when its participant has news (a task,
+        # the run's end): one shared condition would wake every stream on every update (O(N) per event).
+        self._listeners: dict[str, set[threading.Event]] = defaultdict(set)
         self.cond = threading.Condition()
         self.participants: dict[str, ParticipantInfo] = {}
         self.current: OpenRound | None = None
@@ -69,8 +95,10 @@ class RunState:
         self.on_connected: Callable[[int], None] | None = None
 
     # ------------------------------------------------------------------ joining
-    def join(self, rank: int, world_size: int, credential: str, host: str) -> ParticipantInfo:
-        if self.credential and not secrets.compare_digest(credential, self.credential):
+    def join(
+        self, rank: int, world_size: int, credential: str, host: str, token: str = "", peer: str | None = None
+    ) -> ParticipantInfo:
+        if self.credential and not same_secret(credential, self.credential):
             raise Rejected("bad_credential", "UNAUTHENTICATED", "join credential is wrong")
         if world_size != self.world_size:
             raise Rejected(
@@ -80,21 +108,39 @@ class RunState:
             )
         if not 0 <= rank < self.world_size:
             raise Rejected("bad_rank", "INVALID_ARGUMENT", f"rank {rank} outside 0..{self.world_size - 1}")
+        pid = participant_id(rank)
+        self.check_peer(pid, peer)
+        if self.tokens:
+            expected = self.tokens.get(pid)
+            if expected is None or not same_secret(token, expected):
+                raise Rejected(
+                    "bad_participant_token", "UNAUTHENTICATED", f"participant token of {pid} is wrong"
+                )
         with self.cond:
-            info = ParticipantInfo(participant_id(rank), rank, secrets.token_hex(16), host)
-            previous = self.participants.get(info.participant_id)
-            if previous is not None:
-                info.streams = previous.streams  # a rejoin (reconnect) replaces the token
+            # A rejoin (reconnect) replaces the session token: only the rank's owner gets this far.
+            info = ParticipantInfo(pid, rank, secrets.token_hex(16), host)
             self.participants[info.participant_id] = info
             self.cond.notify_all()
         return info
 
-    def authenticate(self, pid: str, token: str) -> ParticipantInfo:
+    def check_peer(self, pid: str, peer: str | None) -> None:
+        """Raise Rejected unless the caller's certificate (if any, and it must exist under mTLS) is pid's."""
+        if peer is None:
+            if self.require_peer:
+                raise Rejected("no_certificate", "UNAUTHENTICATED", "this run requires a client certificate")
+            return
+        if peer != pid:
+            raise Rejected(
+                "wrong_identity", "PERMISSION_DENIED", f"the certificate of {peer!r} cannot act as {pid}"
+            )
+
+    def authenticate(self, pid: str, token: str, peer: str | None = None) -> ParticipantInfo:
+        self.check_peer(pid, peer)
         with self.cond:
             info = self.participants.get(pid)
         if info is None:
             raise Rejected("unknown_participant", "NOT_FOUND", f"participant {pid!r} has not joined this run")
-        if not secrets.compare_digest(token, info.token):
+        if not same_secret(token, info.token):
             raise Rejected("bad_token", "UNAUTHENTICATED", f"session token of {pid} is not valid")
         return info
 
@@ -105,13 +151,28 @@ class RunState:
     def connected(self) -> int:
         """Participants with an open task stream: joined, prepared and listening."""
         with self.cond:
-            return sum(1 for p in self.participants.values() if p.streams > 0)
+            return sum(1 for pid in self.participants if self.open_calls.get((pid, "Subscribe"), 0) > 0)
 
-    def stream_opened(self, info: ParticipantInfo, delta: int) -> None:
+    def open_call(self, info: ParticipantInfo, rpc: str) -> None:
+        """Count a call of `rpc` by the participant; RESOURCE_EXHAUSTED past max_streams at once."""
+        key = (info.participant_id, rpc)
         with self.cond:
-            info.streams += delta
+            if self.open_calls[key] >= self.max_streams:
+                raise Rejected(
+                    "too_many_streams",
+                    "RESOURCE_EXHAUSTED",
+                    f"{info.participant_id} already has {self.open_calls[key]} {rpc} calls open",
+                )
+            self.open_calls[key] += 1
             self.cond.notify_all()
-        if self.on_connected is not None:
+        if rpc == "Subscribe" and self.on_connected is not None:
+            self.on_connected(self.connected())
+
+    def close_call(self, info: ParticipantInfo, rpc: str) -> None:
+        with self.cond:
+            self.open_calls[(info.participant_id, rpc)] -= 1
+            self.cond.notify_all()
+        if rpc == "Subscribe" and self.on_connected is not None:
             self.on_connected(self.connected())
 
     # ------------------------------------------------------------------ rounds
@@ -119,6 +180,7 @@ class RunState:
         with self.cond:
             self.current = opened
             self.cond.notify_all()
+            self._wake(opened.selected)
 
     def close_round(self) -> OpenRound:
         with self.cond:
@@ -128,11 +190,46 @@ class RunState:
             self.cond.notify_all()
             return closed
 
-    def finish(self, reason: str) -> None:
+    def finish(self, reason: str, rounds_completed: int | None = None) -> None:
         with self.cond:
             self.finished = True
             self.end_reason = reason
+            if rounds_completed is not None:
+                self.rounds_completed = rounds_completed
             self.cond.notify_all()
+            self._wake(list(self._listeners))
+
+    # ------------------------------------------------------------------ task streams
+    def listen(self, pid: str) -> threading.Event:
+        """A wake-up event for one task stream of `pid`; pair with `unlisten`."""
+        event = threading.Event()
+        with self.cond:
+            self._listeners[pid].add(event)
+        return event
+
+    def unlisten(self, pid: str, event: threading.Event) -> None:
+        with self.cond:
+            self._listeners[pid].discard(event)
+            if not self._listeners[pid]:
+                del self._listeners[pid]
+
+    def _wake(self, pids: Iterable[str]) -> None:
+        for pid in pids:
+            for event in self._listeners.get(pid, ()):
+                event.set()
+
+    def next_for(
+        self, pid: str, after_round: int, wake: threading.Event, timeout: float = 1.0
+    ) -> tuple[OpenRound | None, bool, int]:
+        """(pid's task after `after_round` or None, run finished, rounds completed); waits <= timeout."""
+        wake.clear()
+        with self.cond:
+            task = self.task_for(pid, after_round)
+            if task is not None or self.finished:
+                return task, self.finished, self.rounds_completed
+        wake.wait(timeout)
+        with self.cond:
+            return self.task_for(pid, after_round), self.finished, self.rounds_completed
 
     def task_for(self, pid: str, after_round: int) -> OpenRound | None:
         """The open round if `pid` is selected in it, has not reported, and was not sent it yet."""
@@ -186,6 +283,10 @@ class RunState:
             # Past the deadline an update still counts while the round is open (waiting for a quorum);
             # once the round is closed, check_update rejects it.
             current = self.check_update(info, round_number, num_samples)
+            if not math.isfinite(seconds) or seconds < 0:
+                raise Rejected(
+                    "bad_header", "INVALID_ARGUMENT", f"train_seconds must be finite and >= 0, got {seconds}"
+                )
             current.received[info.participant_id] = (delta, num_samples, seconds)
             self.cond.notify_all()
 

@@ -9,6 +9,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 from types import FrameType
@@ -18,11 +19,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from coordinator.config import RunConfig, ServerConfig
+from coordinator.interceptors import MalformedRequests
 from coordinator.ledger import Ledger
 from coordinator.metrics import CoordinatorMetrics, serve_metrics
 from coordinator.round_loop import RoundLoop
 from coordinator.run_state import RunState
 from coordinator.servicer import CoordinatorServicer
+from fedsv.certs import read_tokens
+from fedsv.tls import server_credentials
 from fedsv.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.wire import spec_of
 
@@ -59,6 +63,17 @@ def make_run_spec(run: RunConfig, run_id: str, max_chunk_bytes: int) -> dict[int
     }
 
 
+def _bind(add_port: Callable[[], int], address: str) -> int:
+    """The port `add_port` bound; ValueError (a one-line CLI error) when the address is taken or invalid."""
+    try:
+        port = add_port()
+    except RuntimeError as exc:
+        raise ValueError(f"cannot bind gRPC to {address} (in use?)") from exc
+    if port == 0:
+        raise ValueError(f"cannot bind gRPC to {address}")
+    return port
+
+
 class Coordinator:
     """One coordinator process's parts, started and stopped together."""
 
@@ -73,7 +88,13 @@ class Coordinator:
         self.ledger.ensure_run(self.run_id, run.to_dict())
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = CoordinatorMetrics(self.registry)
-        self.state = RunState(run.participants, server.credential)
+        self.state = RunState(
+            run.participants,
+            server.credential,
+            tokens=read_tokens(server.tokens_file) if server.tokens_file else None,
+            require_peer=bool(server.tls_dir) and server.tls_client_auth,
+            max_streams=server.max_streams_per_participant,
+        )
         self.state.on_connected = self.metrics.set_connected
         self.loop = RoundLoop(run, server, self.state, self.ledger, self.metrics)
         specs = make_run_spec(run, self.run_id, server.max_chunk_bytes)
@@ -84,9 +105,13 @@ class Coordinator:
             self.metrics,
             server.max_chunk_bytes,
             server.max_update_bytes,
+            server.max_tensors,
         )
+        workers = 3 * run.participants + 16
         self.grpc_server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=2 * run.participants + 16),
+            futures.ThreadPoolExecutor(max_workers=workers),
+            maximum_concurrent_rpcs=workers,  # beyond: RESOURCE_EXHAUSTED instead of an endless queue
+            interceptors=[MalformedRequests(self.metrics)],  # undecodable requests: INVALID_ARGUMENT
             options=[
                 ("grpc.max_receive_message_length", MESSAGE_LIMIT),
                 ("grpc.max_send_message_length", MESSAGE_LIMIT),
@@ -94,19 +119,46 @@ class Coordinator:
                 ("grpc.keepalive_timeout_ms", 10_000),
                 ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
                 ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.so_reuseport", 0),  # a second process cannot bind (and take over) our port
             ],
         )
         fedsv_pb2_grpc.add_CoordinatorServicer_to_server(self.servicer, self.grpc_server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
-        self.port = self.grpc_server.add_insecure_port(f"{server.host}:{server.port}")
-        if self.port == 0:
-            raise ValueError(f"cannot bind gRPC to {server.host}:{server.port}")
+        address = f"{server.host}:{server.port}"
+        if server.tls_dir:
+            credentials = server_credentials(server.tls_dir, server.tls_client_auth)
+            self.port = _bind(lambda: self.grpc_server.add_secure_port(address, credentials), address)
+        else:
+            self.port = _bind(lambda: self.grpc_server.add_insecure_port(address), address)
+        self.health_server, self.health_port = self._health_server(server)
         self.metrics_server: object | None = None
         self.metrics_port = -1
 
+    def _health_server(self, server: ServerConfig) -> tuple[grpc.Server | None, int]:
+        """Only the health service, in plaintext, for probes that cannot speak TLS (Kubernetes, Docker)."""
+        if server.health_port < 0:
+            return None, -1
+        health_server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=2),
+            maximum_concurrent_rpcs=8,
+            options=[("grpc.so_reuseport", 0)],
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, health_server)
+        address = f"{server.host}:{server.health_port}"
+        return health_server, _bind(lambda: health_server.add_insecure_port(address), address)
+
+    @property
+    def transport(self) -> str:
+        config = self.server_config
+        if not config.tls_dir:
+            return "plaintext"
+        return "mutual TLS" if config.tls_client_auth else "TLS + participant tokens"
+
     def start(self) -> None:
         self.grpc_server.start()
+        if self.health_server is not None:
+            self.health_server.start()
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.server_config.metrics_port >= 0:
@@ -117,11 +169,18 @@ class Coordinator:
             tmp = Path(self.server_config.port_file + ".tmp")
             tmp.write_text(f"{self.port} {self.metrics_port}\n")
             tmp.replace(self.server_config.port_file)
+        if not self.server_config.tls_dir:
+            logger.warning(
+                "INSECURE: gRPC is plaintext (--insecure): anyone on the network can read models and "
+                "deltas and act as any participant who knows the credential; use --tls-dir"
+            )
         logger.warning(
-            "coordinator %s serving gRPC on %s:%d (metrics %d) for %d participants (plaintext)",
+            "coordinator %s serving gRPC on %s:%d (%s; health %d, metrics %d) for %d participants",
             self.run_id,
             socket.gethostname(),
             self.port,
+            self.transport,
+            self.health_port,
             self.metrics_port,
             self.run_config.participants,
         )
@@ -145,6 +204,8 @@ class Coordinator:
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         self.grpc_server.stop(grace=1.0).wait()
+        if self.health_server is not None:
+            self.health_server.stop(grace=None).wait()
         if self.metrics_server is not None:
             self.metrics_server.shutdown()  # type: ignore[attr-defined]
         self.ledger.close()

@@ -9,7 +9,8 @@ from typing import Any, NoReturn
 import grpc
 
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.run_state import Rejected, RunState
+from coordinator.run_state import ParticipantInfo, Rejected, RunState
+from fedsv.tls import peer_identity
 from fedsv.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.wire import TensorSetAssembler, WireError, iter_chunks
 
@@ -19,6 +20,7 @@ WIRE_CODES = {
     "bad_header": grpc.StatusCode.INVALID_ARGUMENT,
     "unexpected_tensors": grpc.StatusCode.INVALID_ARGUMENT,
     "too_large": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "too_many_tensors": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "bad_chunk": grpc.StatusCode.INVALID_ARGUMENT,
     "incomplete": grpc.StatusCode.INVALID_ARGUMENT,
     "checksum_mismatch": grpc.StatusCode.DATA_LOSS,
@@ -37,6 +39,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
         metrics: CoordinatorMetrics,
         max_chunk_bytes: int,
         max_update_bytes: int,
+        max_tensors: int = 1024,
     ) -> None:
         self.state = state
         self.run_spec = run_spec
@@ -44,6 +47,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
         self.metrics = metrics
         self.max_chunk_bytes = max_chunk_bytes
         self.max_update_bytes = max_update_bytes
+        self.max_tensors = max_tensors
 
     # ------------------------------------------------------------------ helpers
     def _count(self, round_number: int, rpc: str, direction: str, message: Any) -> None:
@@ -62,12 +66,42 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
     def _rejected(self, context: grpc.ServicerContext, exc: Rejected) -> NoReturn:
         self._abort(context, exc.reason, grpc.StatusCode[exc.code], str(exc))
 
+    def _receive_update(
+        self,
+        info: ParticipantInfo,
+        header: fedsv_pb2.UpdateHeader,
+        request_iterator: Iterator[fedsv_pb2.UpdateMessage],
+    ) -> None:
+        """Check the update's header, then read, check and hand over its chunks (raises on any fault)."""
+        self.state.check_update(info, header.round, header.num_samples)
+        assembler = TensorSetAssembler(
+            header.delta,
+            max_total_bytes=self.max_update_bytes,
+            max_chunk_bytes=self.max_chunk_bytes,
+            expected=self.model_spec,
+            max_tensors=self.max_tensors,
+        )
+        for message in request_iterator:
+            self._count(self.state.current_round_number(), "SubmitUpdate", "up", message)
+            if message.WhichOneof("kind") != "chunk":
+                raise WireError("bad_chunk", "only chunks may follow the update header")
+            assembler.add(message.chunk)
+        delta = assembler.finish(require_finite=True)
+        self.state.accept_update(info, header.round, delta, header.num_samples, header.train_seconds)
+
     # ------------------------------------------------------------------ RPCs
     def Join(self, request: fedsv_pb2.JoinRequest, context: grpc.ServicerContext) -> fedsv_pb2.JoinReply:
         number = self.state.current_round_number()
         self._count(number, "Join", "up", request)
         try:
-            info = self.state.join(request.rank, request.world_size, request.credential, request.host)
+            info = self.state.join(
+                request.rank,
+                request.world_size,
+                request.credential,
+                request.host,
+                request.participant_token,
+                peer_identity(context.auth_context()),
+            )
         except Rejected as exc:
             self._rejected(context, exc)
         reply = fedsv_pb2.JoinReply(
@@ -82,23 +116,16 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
     ) -> Iterator[fedsv_pb2.ServerEvent]:
         self._count(self.state.current_round_number(), "Subscribe", "up", request)
         try:
-            info = self.state.authenticate(request.participant_id, request.session_token)
+            peer = peer_identity(context.auth_context())
+            info = self.state.authenticate(request.participant_id, request.session_token, peer)
+            self.state.open_call(info, "Subscribe")
         except Rejected as exc:
             self._rejected(context, exc)
-        self.state.stream_opened(info, +1)
         sent_round = 0
+        wake = self.state.listen(info.participant_id)
         try:
             while context.is_active():
-                with self.state.cond:
-                    self.state.cond.wait_for(
-                        lambda after=sent_round: (  # type: ignore[misc]
-                            self.state.finished or self.state.task_for(info.participant_id, after) is not None
-                        ),
-                        timeout=1.0,
-                    )
-                    task = self.state.task_for(info.participant_id, sent_round)
-                    finished = self.state.finished
-                    completed = self.state.rounds_completed
+                task, finished, completed = self.state.next_for(info.participant_id, sent_round, wake)
                 if task is not None:
                     sent_round = task.round
                     event = fedsv_pb2.ServerEvent(
@@ -123,7 +150,8 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
                     yield event
                     return
         finally:
-            self.state.stream_opened(info, -1)
+            self.state.unlisten(info.participant_id, wake)
+            self.state.close_call(info, "Subscribe")
 
     def SubmitUpdate(
         self, request_iterator: Iterator[fedsv_pb2.UpdateMessage], context: grpc.ServicerContext
@@ -135,24 +163,17 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
                 context, "bad_header", grpc.StatusCode.INVALID_ARGUMENT, "an update must start with a header"
             )
         header = first.header
-        number = header.round
+        # Counted under the open round, never under the round an unauthenticated header claims (an
+        # attacker's round numbers would otherwise create traffic rows that are never collected).
         self._count(number, "SubmitUpdate", "up", first)
         try:
-            info = self.state.authenticate(header.participant_id, header.session_token)
-            self.state.check_update(info, header.round, header.num_samples)
-            assembler = TensorSetAssembler(
-                header.delta,
-                max_total_bytes=self.max_update_bytes,
-                max_chunk_bytes=self.max_chunk_bytes,
-                expected=self.model_spec,
-            )
-            for message in request_iterator:
-                self._count(number, "SubmitUpdate", "up", message)
-                if message.WhichOneof("kind") != "chunk":
-                    raise WireError("bad_chunk", "only chunks may follow the update header")
-                assembler.add(message.chunk)
-            delta = assembler.finish(require_finite=True)
-            self.state.accept_update(info, header.round, delta, header.num_samples, header.train_seconds)
+            peer = peer_identity(context.auth_context())
+            info = self.state.authenticate(header.participant_id, header.session_token, peer)
+            self.state.open_call(info, "SubmitUpdate")
+            try:
+                self._receive_update(info, header, request_iterator)
+            finally:
+                self.state.close_call(info, "SubmitUpdate")
         except Rejected as exc:
             self._rejected(context, exc)
         except WireError as exc:

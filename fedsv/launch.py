@@ -13,6 +13,7 @@ from pathlib import Path
 
 from coordinator.config import RunConfig
 from coordinator.ledger import Ledger, RoundRecord
+from fedsv import certs
 from participant.ranks import block_of
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,10 @@ class LaunchConfig:
     )
     linger: float = field(
         default=3.0, metadata={"help": "seconds the coordinator serves final metrics after the run"}
+    )
+    insecure: bool = field(
+        default=False,
+        metadata={"help": "plaintext gRPC instead of mutual TLS with the certificates in OUT/certs"},
     )
 
 
@@ -65,9 +70,20 @@ class Launch:
         with open(self.out / log_name, "ab") as log:  # the child keeps its own copy of the descriptor
             return subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
 
+    def _transport(self) -> tuple[dict[str, object], list[str]]:
+        """The coordinator's settings and the participants' flags for TLS (certificates made once)."""
+        if self.launch.insecure:
+            return {"insecure": True}, ["--insecure"]
+        tls_dir = self.out / "certs"
+        if not certs.complete(tls_dir, self.run.participants):
+            certs.generate(tls_dir, self.run.participants)
+            logger.info("certificates for %d participants in %s", self.run.participants, tls_dir)
+        return {"tls_dir": str(tls_dir)}, ["--tls-dir", str(tls_dir)]
+
     def start(self) -> tuple[int, int]:
         """Start the coordinator, then (once it serves) the participants; returns (grpc, metrics) ports."""
         self.out.mkdir(parents=True, exist_ok=True)
+        transport, participant_flags = self._transport()
         port_file = self.out / "coordinator.port"
         port_file.unlink(missing_ok=True)
         config = {
@@ -79,6 +95,8 @@ class Launch:
             "port_file": str(port_file),
             "round_timeout": self.launch.round_timeout,
             "linger": self.launch.linger,
+            "health_port": -1,
+            **transport,
         }
         (self.out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         self.coordinator = self._spawn(
@@ -115,6 +133,7 @@ class Launch:
                         f"{ranks[0]}-{ranks[-1]}",
                         "--log-level",
                         self.log_level,
+                        *participant_flags,
                     ],
                     f"participants-{index}.log",
                 )

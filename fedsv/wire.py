@@ -26,6 +26,7 @@ WIRE_ERROR_REASONS: tuple[str, ...] = (
     "bad_header",
     "unexpected_tensors",
     "too_large",
+    "too_many_tensors",
     "bad_chunk",
     "incomplete",
     "checksum_mismatch",
@@ -195,6 +196,7 @@ class TensorSetAssembler:
         max_total_bytes: int,
         max_chunk_bytes: int,
         expected: TensorSpecs | None = None,
+        max_tensors: int | None = None,
     ) -> None:
         if max_total_bytes < 0:
             raise ValueError(f"max_total_bytes must be >= 0, got {max_total_bytes}")
@@ -203,6 +205,7 @@ class TensorSetAssembler:
         self.header = header
         self.max_total_bytes = max_total_bytes
         self.max_chunk_bytes = max_chunk_bytes
+        self.max_tensors = max_tensors
         self._validate_header(expected)
         self.total_bytes = int(header.total_bytes)
         self.num_chunks = int(header.num_chunks)
@@ -214,6 +217,8 @@ class TensorSetAssembler:
 
     def _validate_header(self, expected: TensorSpecs | None) -> None:
         h = self.header
+        if self.max_tensors is not None and len(h.tensors) > self.max_tensors:
+            raise WireError("too_many_tensors", f"{len(h.tensors)} tensors > limit of {self.max_tensors}")
         if not h.tensors:
             raise WireError("bad_header", "header announces no tensors")
         names = [s.name for s in h.tensors]
@@ -272,7 +277,7 @@ class TensorSetAssembler:
             raise WireError("bad_chunk", f"chunk {chunk.index} is empty")
         if n > self.max_chunk_bytes:
             raise WireError(
-                "bad_chunk", f"chunk {chunk.index} has {n} bytes > limit of {self.max_chunk_bytes}"
+                "too_large", f"chunk {chunk.index} has {n} bytes > limit of {self.max_chunk_bytes}"
             )
         if self._received + n > self.total_bytes:
             raise WireError(

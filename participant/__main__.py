@@ -12,10 +12,34 @@ from types import FrameType
 
 import torch
 
+from fedsv.certs import participant_name, read_tokens
+from fedsv.tls import channel_credentials, rank_token
 from participant.ranks import resolve_ranks
 from participant.worker import RankWorker
 
 logger = logging.getLogger(__name__)
+
+
+def _tokens(args: argparse.Namespace, ranks: Sequence[int]) -> dict[int, str]:
+    """Check the transport flags and the TLS files of every rank; rank -> participant token."""
+    if bool(args.tls_dir) == bool(args.insecure):
+        raise ValueError(
+            "choose --tls-dir DIR (TLS; the directory `fedsv certs` made) or --insecure (plaintext)"
+            if not args.insecure
+            else "choose one of --tls-dir and --insecure, not both"
+        )
+    if args.insecure:
+        logger.warning("INSECURE: plaintext gRPC to %s (--insecure)", args.coordinator)
+    for rank in ranks:
+        if args.tls_dir:
+            channel_credentials(args.tls_dir, rank)  # missing or half-present files: a clear error now
+    if args.tokens_file:
+        by_id = read_tokens(args.tokens_file)
+        missing = [r for r in ranks if participant_name(r) not in by_id]
+        if missing:
+            raise ValueError(f"{args.tokens_file} has no token for ranks {missing}")
+        return {r: by_id[participant_name(r)] for r in ranks}
+    return {r: rank_token(args.tls_dir, r) for r in ranks} if args.tls_dir else {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,6 +50,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ranks", default=None, help="ranks this process plays, e.g. 0-24 or 0-4,9")
     parser.add_argument("--ranks-per-process", type=int, default=None, help="under mpirun: ranks per process")
     parser.add_argument("--credential", default="", help="the run's join credential")
+    parser.add_argument(
+        "--tls-dir",
+        default="",
+        help="TLS: directory with the run's ca.pem and, for mutual TLS, its ranks' pNNN.pem/.key",
+    )
+    parser.add_argument("--insecure", action="store_true", help="plaintext gRPC (no TLS); logs a warning")
+    parser.add_argument(
+        "--tokens-file",
+        default="",
+        help="per-participant tokens, lines 'pNNN TOKEN' (default: pNNN.token in --tls-dir)",
+    )
+    parser.add_argument(
+        "--tls-server-name", default="", help="expect this name in the coordinator's certificate"
+    )
     parser.add_argument("--data-dir", default="", help="directory with the dataset files (not for embedded)")
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads per process (1 = deterministic)"
@@ -40,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         assignment = resolve_ranks(
             args.rank, args.world_size, args.ranks, ranks_per_process=args.ranks_per_process
         )
+        tokens = _tokens(args, assignment.ranks)
     except ValueError as exc:
         print(f"participant: error: {exc}", file=sys.stderr)
         return 2
@@ -60,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             data_dir=args.data_dir,
             give_up_after=args.give_up_after,
             stop=stop,
+            tls_dir=args.tls_dir,
+            token=tokens.get(rank, ""),
+            server_name=args.tls_server_name,
         )
         for rank in assignment.ranks
     ]

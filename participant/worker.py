@@ -13,6 +13,7 @@ import grpc
 
 from fedsv.models import build_model
 from fedsv.shards import cached_splits, load_shard
+from fedsv.tls import channel_credentials
 from fedsv.training import TrainConfig, local_update
 from fedsv.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.wire import DEFAULT_CHUNK_BYTES, TensorSetAssembler, encode_tensor_set, iter_chunks
@@ -24,6 +25,11 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 8 << 20),
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 10_000),
+    # The channel's own reconnect backoff (gRPC's default grows to 120 s): while it waits, every call
+    # fails at once, so a coordinator back after a restart would be found only that late. Keep it
+    # within Backoff's cap.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
 ]
 RETRYABLE = {
     grpc.StatusCode.UNAVAILABLE,
@@ -33,11 +39,22 @@ RETRYABLE = {
     grpc.StatusCode.INTERNAL,
     grpc.StatusCode.NOT_FOUND,  # a restarted coordinator no longer knows our session: join again
     grpc.StatusCode.UNAUTHENTICATED,  # our session token was replaced: join again
+    grpc.StatusCode.RESOURCE_EXHAUSTED,  # too many calls at once (e.g. our old stream still closing)
 }
+# A Join refused for who we are (credential, token, certificate) will be refused again: give up.
+JOIN_REFUSED = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
 MAX_MODEL_BYTES = 1 << 30
 # local_update seeds torch's process-global RNG (dropout): ranks of one process train one at a time so
 # every rank's delta is the same whichever ranks share its process. Processes give the parallelism.
 _TRAIN_LOCK = threading.Lock()
+
+
+class JoinRefused(Exception):
+    """The coordinator refused who we are at Join: trying again cannot help."""
+
+    def __init__(self, code: grpc.StatusCode, details: str | None) -> None:
+        super().__init__(f"{code.name} {details or ''}".strip())
+        self.code = code
 
 
 class Backoff:
@@ -69,9 +86,15 @@ class RankWorker:
         data_dir: str = "",
         give_up_after: float = 600.0,
         stop: threading.Event | None = None,
+        tls_dir: str = "",
+        token: str = "",
+        server_name: str = "",
     ) -> None:
+        """tls_dir "" means plaintext; otherwise trust its ca.pem and present pNNN.pem/.key if it has them.
+        `token` is the rank's own participant token (runs with per-participant tokens)."""
         self.target, self.rank, self.world_size = target, rank, world_size
         self.credential, self.data_dir, self.give_up_after = credential, data_dir, give_up_after
+        self.tls_dir, self.token, self.server_name = tls_dir, token, server_name
         self.stop = stop or threading.Event()
         self.rounds_trained: list[int] = []
         self._shard: tuple | None = None  # (shard, corruption, model, train config)
@@ -79,21 +102,28 @@ class RankWorker:
     def run(self) -> str:
         """Returns the coordinator's end reason, or why this rank gave up."""
         backoff = Backoff(seed=self.rank)
-        last_contact = time.time()
-        with grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS) as channel:
+        last_contact = self.joined_at = time.time()
+        with self._channel() as channel:
             stub = fedsv_pb2_grpc.CoordinatorStub(channel)
             while not self.stop.is_set():
+                session_started = time.time()
                 try:
                     reason = self._session(stub)
                     if reason is not None:
                         return reason
                     backoff.reset()
                     last_contact = time.time()
+                except JoinRefused as exc:
+                    logger.error("rank %d: coordinator refused our Join: %s", self.rank, exc)
+                    return f"refused: {exc.code.name}"
                 except grpc.RpcError as exc:
                     code = exc.code()
                     if code not in RETRYABLE:
                         logger.error("rank %d: coordinator refused us: %s %s", self.rank, code, exc.details())
                         return f"refused: {code.name}"
+                    if self.joined_at >= session_started:  # we reached it: unreachable only from now on
+                        last_contact = time.time()
+                        backoff.reset()
                     if time.time() - last_contact > self.give_up_after:
                         return "gave up: coordinator unreachable"
                     delay = backoff.next()
@@ -101,19 +131,36 @@ class RankWorker:
                     self.stop.wait(delay)
         return "stopped"
 
+    def _channel(self) -> grpc.Channel:
+        if not self.tls_dir:
+            return grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        credentials, mutual = channel_credentials(self.tls_dir, self.rank)
+        options: list[tuple[str, int | str]] = list(CHANNEL_OPTIONS)
+        if self.server_name:
+            options.append(("grpc.ssl_target_name_override", self.server_name))
+        logger.info("rank %d: TLS to %s (%s)", self.rank, self.target, "mutual" if mutual else "server only")
+        return grpc.secure_channel(self.target, credentials, options=options)
+
     def _session(self, stub: fedsv_pb2_grpc.CoordinatorStub) -> str | None:
         """Join and follow the task stream; None if the stream ended without the end of the run."""
         num_samples = len(self._shard[0]) if self._shard else 0
-        reply = stub.Join(
-            fedsv_pb2.JoinRequest(
-                rank=self.rank,
-                world_size=self.world_size,
-                num_samples=num_samples,
-                credential=self.credential,
-                host=socket.gethostname(),
-            ),
-            timeout=30,
-        )
+        try:
+            reply = stub.Join(
+                fedsv_pb2.JoinRequest(
+                    rank=self.rank,
+                    world_size=self.world_size,
+                    num_samples=num_samples,
+                    credential=self.credential,
+                    host=socket.gethostname(),
+                    participant_token=self.token,
+                ),
+                timeout=30,
+            )
+        except grpc.RpcError as exc:
+            if exc.code() in JOIN_REFUSED:
+                raise JoinRefused(exc.code(), exc.details()) from exc
+            raise
+        self.joined_at = time.time()
         if self._shard is None:
             self._prepare(reply.run)
         assembler: TensorSetAssembler | None = None

@@ -227,9 +227,20 @@ def test_subscribe_streams_the_task_to_selected_participants_only(harness: Harne
     other = harness.stub.Subscribe(
         fedsv_pb2.SubscribeRequest(participant_id="p002", session_token=harness.tokens["p002"])
     )
-    harness.state.finish("finished")
+    opened = harness.state.current
+    assert opened is not None
+    harness.state.close_round()  # round 2 selects p002: its waiting stream is woken with the task
+    harness.state.open_round(
+        OpenRound(2, ["p002"], time.time() + 60, opened.task_header, opened.task_payloads, {"p002": 7})
+    )
+    task = next(other)
+    assert task.WhichOneof("kind") == "task" and task.task.round == 2 and task.task.train_seed == 7
+    for _ in range(task.task.model.num_chunks):
+        assert next(other).WhichOneof("kind") == "chunk"
+    harness.state.finish("finished", rounds_completed=2)
     only = next(other)
     assert only.WhichOneof("kind") == "end" and only.end.reason == "finished"
+    assert only.end.rounds_completed == 2
 
     with pytest.raises(grpc.RpcError) as info:
         next(

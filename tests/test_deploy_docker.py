@@ -26,6 +26,7 @@ from grpc_health.v1 import health_pb2
 
 from coordinator.config import RunConfig, ServerConfig
 from coordinator.server import SERVICE_NAME, Coordinator
+from fedsv import certs
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
@@ -79,9 +80,12 @@ def test_image_runs_as_non_root_and_exposes_the_ports_its_command_serves() -> No
     _, cmd, json_form = dockerfile_one("CMD")
     assert json_form and list(cmd[:3]) == ["python", "-m", "coordinator"]
     exposed = set(dockerfile_one("EXPOSE")[1])
-    assert {flag_value(cmd, "--port"), flag_value(cmd, "--metrics-port")} <= exposed
+    ports = {flag_value(cmd, "--port"), flag_value(cmd, "--health-port"), flag_value(cmd, "--metrics-port")}
+    assert ports <= exposed and len(ports) == 3
     env = _dockerfile_env()
-    assert env["FEDSV_GRPC_PORT"] == flag_value(cmd, "--port"), "HEALTHCHECK must probe the port CMD serves"
+    health = flag_value(cmd, "--health-port")
+    assert env["FEDSV_HEALTH_PORT"] == health, "HEALTHCHECK must probe the health port CMD serves"
+    assert flag_value(cmd, "--tls-dir") and "--insecure" not in cmd, "the image's coordinator serves TLS"
     flags, _, _ = dockerfile_one("HEALTHCHECK")
     assert any(f.startswith("--start-period=") for f in flags), "the coordinator needs time to load its data"
 
@@ -98,9 +102,9 @@ def _healthcheck(port: int | None, timeout: float = 20.0) -> tuple[int, float]:
     """Run the image's HEALTHCHECK command (with this interpreter as `python`); (exit code, seconds)."""
     argv = healthcheck_argv()
     assert argv[0] == "python"
-    env = {k: v for k, v in os.environ.items() if k != "FEDSV_GRPC_PORT"}
+    env = {k: v for k, v in os.environ.items() if k != "FEDSV_HEALTH_PORT"}
     if port is not None:
-        env["FEDSV_GRPC_PORT"] = str(port)
+        env["FEDSV_HEALTH_PORT"] = str(port)
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, *argv[1:]], env=env, capture_output=True, text=True, timeout=timeout, check=False
@@ -111,7 +115,16 @@ def _healthcheck(port: int | None, timeout: float = 20.0) -> tuple[int, float]:
 @pytest.fixture
 def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
     run = RunConfig(participants=2, rounds=1, epochs=1, validation_size=100)
-    server = ServerConfig(state_dir=str(tmp_path / "state"), host="127.0.0.1", port=0, metrics_port=-1)
+    tls_dir = tmp_path / "certs"
+    certs.generate(tls_dir, 2)
+    server = ServerConfig(
+        state_dir=str(tmp_path / "state"),
+        host="127.0.0.1",
+        port=0,
+        metrics_port=-1,
+        health_port=0,
+        tls_dir=str(tls_dir),
+    )
     coordinator = Coordinator(run, server)
     coordinator.start()
     try:
@@ -122,13 +135,15 @@ def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
 
 def test_healthcheck_reports_a_real_coordinators_health_service(coordinator: Coordinator) -> None:
     assert SERVICE_NAME in " ".join(healthcheck_argv()), "HEALTHCHECK must ask for the coordinator's service"
-    code, seconds = _healthcheck(coordinator.port)
+    assert _healthcheck(coordinator.port)[0] != 0, "the TLS port cannot answer a plaintext check"
+    code, seconds = _healthcheck(coordinator.health_port)
     assert code == 0
     assert seconds < 5.0, "the check must finish within the HEALTHCHECK --timeout"
     coordinator.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
-    assert _healthcheck(coordinator.port)[0] == 1
+    assert _healthcheck(coordinator.health_port)[0] == 1
     coordinator.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-    assert _healthcheck(coordinator.port)[0] == 0
-    port = coordinator.port
-    coordinator.grpc_server.stop(grace=None).wait()
+    assert _healthcheck(coordinator.health_port)[0] == 0
+    port = coordinator.health_port
+    assert coordinator.health_server is not None
+    coordinator.health_server.stop(grace=None).wait()
     assert _healthcheck(port)[0] != 0, "nothing serving: the check must fail"

@@ -17,6 +17,10 @@ import coordinator.__main__ as coordinator_main
 import participant.__main__ as participant_main
 from coordinator.config import RunConfig, ServerConfig
 from coordinator.server import SERVICE_NAME
+from fedsv import certs
+
+# The Secrets the pods mount: made with `fedsv certs` and kubectl as docs/deployment.md shows.
+COORDINATOR_SECRET, PARTICIPANT_SECRET = "fedsv-coordinator-tls", "fedsv-credentials"
 
 KUSTOMIZATIONS = ["base", "overlays/demo", "overlays/paper"]
 # The oldest Kubernetes the manifests claim (backoffLimitPerIndex and gRPC probes) and the newest schema.
@@ -81,7 +85,6 @@ def test_every_rendered_manifest_validates_against_the_schemas(
         "Deployment",
         "Job",
         "PersistentVolumeClaim",
-        "Secret",
         "Service",
         "ServiceMonitor",
     ]
@@ -177,21 +180,35 @@ def _coordinator_configs(
     return configs
 
 
+def _tls_mount(workload: Doc, tls_dir: str) -> str:
+    """The name of the Secret that `workload` mounts at `tls_dir` (where its --tls-dir points)."""
+    spec = workload["spec"]["template"]["spec"]
+    (mount,) = [m for m in _container(workload)["volumeMounts"] if m["mountPath"] == tls_dir]
+    assert mount.get("readOnly") is True
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert "fsGroup" in spec["securityContext"] and volume["secret"]["defaultMode"] == 0o440
+    return str(volume["secret"]["secretName"])
+
+
 def _participant_ranks(
-    monkeypatch: pytest.MonkeyPatch, job: Doc, secrets: dict[str, dict[str, str]], index: int
+    monkeypatch: pytest.MonkeyPatch, job: Doc, secrets: dict[str, dict[str, str]], index: int, local_tls: Path
 ) -> list[tuple[str, int, int, str]]:
-    """Run the real `python -m participant` CLI as pod `index` of the Job; (address, rank, N, credential)."""
+    """Run the real `python -m participant` CLI as pod `index` of the Job; (address, rank, N, tls dir).
+
+    The Secret's mount point is replaced by `local_tls`, a `fedsv certs` directory for the run.
+    """
     container = _container(job)
     env = _env(container, secrets)
     args = _expand(container["args"], env)
+    tls_dir = flag_value(args, "--tls-dir")
+    assert _tls_mount(job, tls_dir) == PARTICIPANT_SECRET and "--insecure" not in args
+    args[args.index(tls_dir)] = str(local_tls)
     played: list[tuple[str, int, int, str]] = []
 
     class FakeWorker:
-        def __init__(
-            self, address: str, rank: int, world_size: int, credential: str = "", **_: object
-        ) -> None:
+        def __init__(self, address: str, rank: int, world_size: int, tls_dir: str = "", **_: object) -> None:
             self.rank = rank
-            played.append((address, rank, world_size, credential))
+            played.append((address, rank, world_size, tls_dir))
 
         def run(self) -> str:
             return "finished"
@@ -231,15 +248,21 @@ def test_coordinator_participants_service_and_monitoring_agree(
     assert _labels_match(service["spec"]["selector"], pod["metadata"]["labels"])
     assert not _labels_match(service["spec"]["selector"], job["spec"]["template"]["metadata"]["labels"])
     service_ports = {p["name"]: p for p in service["spec"]["ports"]}
-    assert ports == {"grpc": server.port, "metrics": server.metrics_port}
+    assert ports == {"grpc": server.port, "health": server.health_port, "metrics": server.metrics_port}
     assert {n: p["targetPort"] for n, p in service_ports.items()} == {"grpc": "grpc", "metrics": "metrics"}
     assert server.host == "0.0.0.0"
 
-    # Probes: the coordinator's gRPC health service, on its port, as the image's HEALTHCHECK asks.
+    # Probes: the coordinator's gRPC health service on its plaintext health port, as the image's
+    # HEALTHCHECK asks; the fedsv port itself is mutual TLS with the certificates of the Secret.
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["grpc"] == {"port": server.port, "service": SERVICE_NAME}, probe
+        assert container[probe]["grpc"] == {"port": server.health_port, "service": SERVICE_NAME}, probe
     assert f"service='{SERVICE_NAME}'" in healthcheck_argv()[-1]
-    assert "FEDSV_GRPC_PORT', '" + str(server.port) in healthcheck_argv()[-1]
+    assert "FEDSV_HEALTH_PORT', '" + str(server.health_port) in healthcheck_argv()[-1]
+    assert server.tls_dir and server.tls_client_auth and not server.insecure
+    assert _tls_mount(deployment, server.tls_dir) == COORDINATOR_SECRET
+    guide = (DEPLOY.parent / "docs" / "deployment.md").read_text()
+    for secret in (COORDINATOR_SECRET, PARTICIPANT_SECRET):
+        assert f"create secret generic {secret}" in guide, f"docs/deployment.md must show making {secret}"
 
     # State on the PVC; the pod runs as the image's non-root user.
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
@@ -265,17 +288,17 @@ def test_coordinator_participants_service_and_monitoring_agree(
         endpoint["port"] in service_ports and service_ports[endpoint["port"]]["port"] == server.metrics_port
     )
 
-    # Participants: an Indexed Job of N pods, all running at once, index = rank, one credential.
+    # Participants: an Indexed Job of N pods, all running at once, index = rank, each with its own cert.
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] == run.participants
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # required by backoffLimitPerIndex
-    credential = server.credential
-    assert credential, "the coordinator must require the Secret's credential"
+    local_tls = tmp_path / "certs"
+    certs.generate(local_tls, run.participants, hosts=[service["metadata"]["name"]])
     address = f"{service['metadata']['name']}:{service_ports['grpc']['port']}"
     for index in (0, run.participants - 1):
-        played = _participant_ranks(monkeypatch, job, secrets, index)
-        assert played == [(address, index, run.participants, credential)]
+        played = _participant_ranks(monkeypatch, job, secrets, index, local_tls)
+        assert played == [(address, index, run.participants, str(local_tls))]
 
 
 def test_overlays_are_the_demo_and_the_papers_setting(rendered: dict[str, list[Doc]]) -> None:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from deploy_support import need_tool, wait_for
+from deploy_support import wait_for
+from netns_support import Hosts, ip, make_hosts
 
 from coordinator.ledger import Ledger
+from fedsv import certs
 
 pytestmark = pytest.mark.slow
 
@@ -21,69 +21,11 @@ CREDENTIAL = "netns-test-secret"
 GRPC_PORT, METRICS_PORT = 50051, 9090
 
 
-@dataclass(frozen=True)
-class Link:
-    """A veth pair from the coordinator's namespace to a participant host's, in a /30 of its own."""
-
-    host: str  # participant namespace
-    coordinator_dev: str
-    host_dev: str
-    coordinator_ip: str
-    host_ip: str
-
-
-@dataclass(frozen=True)
-class Hosts:
-    coordinator: str
-    links: tuple[Link, ...]
-
-
-def _ip(*args: str) -> str:
-    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
-    assert proc.returncode == 0, f"ip {' '.join(args)}: {proc.stderr}"
-    return proc.stdout
-
-
 @pytest.fixture
 def hosts() -> Iterator[Hosts]:
     """Namespaces coordinator, hostb, hostc; veths on 10.200.K.0/30 and 10.200.K.4/30; deleted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root (ip netns add)")
-    need_tool("ip", "apt-get install iproute2")
-    tag = os.getpid() % 100_000
-    subnet = 10 + os.getpid() % 240
-    coordinator = f"fedsv{tag}-coord"
-    created: list[str] = []
-    try:
-        _ip("netns", "add", coordinator)
-        created.append(coordinator)
-        _ip("-n", coordinator, "link", "set", "lo", "up")
-        links = []
-        for i, name in enumerate(("hostb", "hostc")):
-            link = Link(
-                host=f"fedsv{tag}-{name}",
-                coordinator_dev=f"fv{tag}c{i}",
-                host_dev=f"fv{tag}h{i}",
-                coordinator_ip=f"10.200.{subnet}.{4 * i + 1}",
-                host_ip=f"10.200.{subnet}.{4 * i + 2}",
-            )
-            _ip("netns", "add", link.host)
-            created.append(link.host)
-            _ip("-n", link.host, "link", "set", "lo", "up")
-            # Both ends are created inside the namespaces: nothing is added to this machine's own network.
-            _ip("link", "add", link.coordinator_dev, "netns", coordinator, "type", "veth",
-                "peer", "name", link.host_dev, "netns", link.host)  # fmt: skip
-            for ns, dev, address in (
-                (coordinator, link.coordinator_dev, link.coordinator_ip),
-                (link.host, link.host_dev, link.host_ip),
-            ):
-                _ip("-n", ns, "addr", "add", f"{address}/30", "dev", dev)
-                _ip("-n", ns, "link", "set", dev, "up")
-            links.append(link)
-        yield Hosts(coordinator, tuple(links))
-    finally:
-        for ns in reversed(created):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30, check=False)
+    with make_hosts(("hostb", "hostc")) as made:
+        yield made
 
 
 def _in(ns: str, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -106,7 +48,7 @@ def _flags(settings: dict[str, object]) -> list[str]:
 
 
 def _veth_bytes(ns: str, dev: str) -> int:
-    (stats,) = json.loads(_ip("-n", ns, "-j", "-s", "link", "show", "dev", dev))
+    (stats,) = json.loads(ip("-n", ns, "-j", "-s", "link", "show", "dev", dev))
     return int(stats["stats64"]["rx"]["bytes"]) + int(stats["stats64"]["tx"]["bytes"])
 
 
@@ -114,10 +56,14 @@ def test_coordinator_and_participants_on_separate_hosts_complete_a_run(hosts: Ho
     state = tmp_path / "state"
     state.mkdir()
     log = state / "coordinator.log"
+    # Mutual TLS as docs/deployment.md shows: the coordinator's certificate names the addresses
+    # participants dial (one per veth); each participant host presents its ranks' certificates.
+    tls_dir = tmp_path / "certs"
+    certs.generate(tls_dir, 4, hosts=[link.coordinator_ip for link in hosts.links])
     settings = {
         "participants": 4, "fraction": 0.5, "rounds": 2, "epochs": 1, "validation-size": 200, "seed": 5,
         "valuation": "exact", "state-dir": state, "host": "0.0.0.0", "port": GRPC_PORT,
-        "metrics-port": METRICS_PORT, "credential": CREDENTIAL, "log-level": "INFO",
+        "metrics-port": METRICS_PORT, "credential": CREDENTIAL, "log-level": "INFO", "tls-dir": tls_dir,
     }  # fmt: skip
     coordinator = _in(hosts.coordinator, [sys.executable, "-m", "coordinator", *_flags(settings)], log)
     workers: list[subprocess.Popen[bytes]] = []
@@ -152,6 +98,7 @@ def test_coordinator_and_participants_on_separate_hosts_complete_a_run(hosts: Ho
                     "ranks": ranks,
                     "credential": CREDENTIAL,
                     "log-level": "INFO",
+                    "tls-dir": tls_dir,
                 }
             )
             argv = [sys.executable, "-m", "participant", *flags]
@@ -165,7 +112,7 @@ def test_coordinator_and_participants_on_separate_hosts_complete_a_run(hosts: Ho
                 proc.kill()
                 proc.wait(timeout=30)
     text = log.read_text()
-    assert all(f"rank {r} joined" in text for r in range(4))
+    assert all(f"rank {r} joined" in text for r in range(4)) and "mutual TLS" in text
     with Ledger(state / "ledger.sqlite", read_only=True) as ledger:
         rounds = ledger.rounds()
         traffic = sum(row.bytes for row in ledger.traffic())

@@ -23,6 +23,7 @@ from deploy_support import DEPLOY, free_port, need_tool, wait_for
 
 from coordinator.ledger import Ledger
 from coordinator.metrics import CoordinatorMetrics
+from fedsv.tls import channel_credentials
 from fedsv.v1 import fedsv_pb2, fedsv_pb2_grpc
 
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "fedsv.json"
@@ -159,9 +160,13 @@ class Scraped:
         return result
 
 
-def _bogus_join(grpc_port: int) -> None:
-    """A Join no coordinator may accept (rank out of range): the rejected-updates panel must show it."""
-    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+def _bogus_join(grpc_port: int, tls_dir: Path) -> None:
+    """A Join no coordinator may accept (rank out of range): the rejected-updates panel must show it.
+
+    `fedsv launch` runs mutual TLS: the caller is participant p000 of the run (certificates in `tls_dir`).
+    """
+    credentials, _ = channel_credentials(tls_dir, 0)
+    with grpc.secure_channel(f"127.0.0.1:{grpc_port}", credentials) as channel:
         stub = fedsv_pb2_grpc.CoordinatorStub(channel)
         with pytest.raises(grpc.RpcError) as caught:
             stub.Join(fedsv_pb2.JoinRequest(rank=999, world_size=int(RUN["participants"])), timeout=30)
@@ -221,7 +226,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
         for run in ports:
             port_file = outs[run] / "coordinator.port"
             wait_for(port_file.exists, 120, f"the {run} coordinator to serve")
-            _bogus_join(int(port_file.read_text().split()[0]))
+            _bogus_join(int(port_file.read_text().split()[0]), outs[run] / "certs")
         for run, launch in launches.items():
             output, _ = launch.communicate(timeout=300)
             assert launch.returncode == 0, f"fedsv launch ({run}):\n{output[-3000:]}"

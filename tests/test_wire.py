@@ -334,6 +334,11 @@ def _too_large() -> object:
     return _run(header, chunks, max_total_bytes=header.total_bytes - 1)
 
 
+def _too_many_tensors() -> object:
+    header, _ = _encoded()  # two tensors, one allowed: refused before any size check
+    return TensorSetAssembler(header, max_total_bytes=0, max_chunk_bytes=64, max_tensors=1)
+
+
 def _expected(edit: Callable[[dict[str, tuple[str, tuple[int, ...]]]], object]) -> Callable[[], object]:
     def case() -> object:
         header, chunks = _encoded()
@@ -370,9 +375,10 @@ CASES: list[tuple[str, str, Callable[[], object]]] = [
     ("unexpected_tensors", "dtype", _expected(lambda w: w.update(w=("int32", (40,))))),
     ("unexpected_tensors", "shape", _expected(lambda w: w.update(w=("float32", (4, 10))))),
     ("too_large", "over the limit", _too_large),
+    ("too_many_tensors", "over the limit", _too_many_tensors),
     ("bad_chunk", "out of order", _out_of_order),
     ("bad_chunk", "skipped", _skipped_chunk),
-    ("bad_chunk", "oversize", _oversize_chunk),
+    ("too_large", "oversize", _oversize_chunk),
     ("bad_chunk", "more bytes than announced", _more_bytes_than_announced),
     ("bad_chunk", "extra chunk", _extra_chunk),
     ("bad_chunk", "empty chunk", _empty_chunk),

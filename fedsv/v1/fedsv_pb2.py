@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66\x65\x64sv/v1/fedsv.proto\x12\x08\x66\x65\x64sv.v1\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"q\n\x0fTensorSetHeader\x12%\n\x07tensors\x18\x01 \x03(\x0b\x32\x14.fedsv.v1.TensorSpec\x12\x13\n\x0btotal_bytes\x18\x02 \x01(\x04\x12\x12\n\nnum_chunks\x18\x03 \x01(\r\x12\x0e\n\x06sha256\x18\x04 \x01(\x0c\"$\n\x05\x43hunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"f\n\x0bJoinRequest\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x13\n\x0bnum_samples\x18\x03 \x01(\x03\x12\x12\n\ncredential\x18\x04 \x01(\t\x12\x0c\n\x04host\x18\x05 \x01(\t\"g\n\rTrainSettings\x12\x0e\n\x06\x65pochs\x18\x01 \x01(\x05\x12\x12\n\nbatch_size\x18\x02 \x01(\x05\x12\n\n\x02lr\x18\x03 \x01(\x01\x12\x10\n\x08momentum\x18\x04 \x01(\x01\x12\x14\n\x0cweight_decay\x18\x05 \x01(\x01\"\xec\x01\n\x07RunSpec\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x0c\n\x04seed\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x61taset\x18\x04 \x01(\t\x12\x11\n\tpartition\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12&\n\x05train\x18\x07 \x01(\x0b\x32\x17.fedsv.v1.TrainSettings\x12\x0e\n\x06rounds\x18\x08 \x01(\x05\x12\x12\n\ncorruption\x18\t \x01(\t\x12\x17\n\x0fmax_chunk_bytes\x18\n \x01(\r\x12\x17\n\x0fvalidation_size\x18\x0b \x01(\x05\"Z\n\tJoinReply\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x1e\n\x03run\x18\x03 \x01(\x0b\x32\x11.fedsv.v1.RunSpec\"A\n\x10SubscribeRequest\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\"r\n\tRoundTask\x12\r\n\x05round\x18\x01 \x01(\x05\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x02 \x01(\x03\x12(\n\x05model\x18\x03 \x01(\x0b\x32\x19.fedsv.v1.TensorSetHeader\x12\x12\n\ntrain_seed\x18\x04 \x01(\x03\"2\n\x06RunEnd\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x18\n\x10rounds_completed\x18\x02 \x01(\x05\"}\n\x0bServerEvent\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x13.fedsv.v1.RoundTaskH\x00\x12 \n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x0f.fedsv.v1.ChunkH\x00\x12\x1f\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x10.fedsv.v1.RunEndH\x00\x42\x06\n\x04kind\"\xa2\x01\n\x0cUpdateHeader\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x05\x12\x13\n\x0bnum_samples\x18\x04 \x01(\x03\x12(\n\x05\x64\x65lta\x18\x05 \x01(\x0b\x32\x19.fedsv.v1.TensorSetHeader\x12\x15\n\rtrain_seconds\x18\x06 \x01(\x01\"c\n\rUpdateMessage\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x16.fedsv.v1.UpdateHeaderH\x00\x12 \n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x0f.fedsv.v1.ChunkH\x00\x42\x06\n\x04kind\"F\n\x0bSubmitReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\r\n\x05round\x18\x02 \x01(\x05\x12\x16\n\x0e\x62ytes_received\x18\x03 \x01(\x04\x32\xc5\x01\n\x0b\x43oordinator\x12\x32\n\x04Join\x12\x15.fedsv.v1.JoinRequest\x1a\x13.fedsv.v1.JoinReply\x12@\n\tSubscribe\x12\x1a.fedsv.v1.SubscribeRequest\x1a\x15.fedsv.v1.ServerEvent0\x01\x12@\n\x0cSubmitUpdate\x12\x17.fedsv.v1.UpdateMessage\x1a\x15.fedsv.v1.SubmitReply(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66\x65\x64sv/v1/fedsv.proto\x12\x08\x66\x65\x64sv.v1\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"q\n\x0fTensorSetHeader\x12%\n\x07tensors\x18\x01 \x03(\x0b\x32\x14.fedsv.v1.TensorSpec\x12\x13\n\x0btotal_bytes\x18\x02 \x01(\x04\x12\x12\n\nnum_chunks\x18\x03 \x01(\r\x12\x0e\n\x06sha256\x18\x04 \x01(\x0c\"$\n\x05\x43hunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\x81\x01\n\x0bJoinRequest\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x13\n\x0bnum_samples\x18\x03 \x01(\x03\x12\x12\n\ncredential\x18\x04 \x01(\t\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x19\n\x11participant_token\x18\x06 \x01(\t\"g\n\rTrainSettings\x12\x0e\n\x06\x65pochs\x18\x01 \x01(\x05\x12\x12\n\nbatch_size\x18\x02 \x01(\x05\x12\n\n\x02lr\x18\x03 \x01(\x01\x12\x10\n\x08momentum\x18\x04 \x01(\x01\x12\x14\n\x0cweight_decay\x18\x05 \x01(\x01\"\xec\x01\n\x07RunSpec\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x0c\n\x04seed\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x61taset\x18\x04 \x01(\t\x12\x11\n\tpartition\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12&\n\x05train\x18\x07 \x01(\x0b\x32\x17.fedsv.v1.TrainSettings\x12\x0e\n\x06rounds\x18\x08 \x01(\x05\x12\x12\n\ncorruption\x18\t \x01(\t\x12\x17\n\x0fmax_chunk_bytes\x18\n \x01(\r\x12\x17\n\x0fvalidation_size\x18\x0b \x01(\x05\"Z\n\tJoinReply\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x1e\n\x03run\x18\x03 \x01(\x0b\x32\x11.fedsv.v1.RunSpec\"A\n\x10SubscribeRequest\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\"r\n\tRoundTask\x12\r\n\x05round\x18\x01 \x01(\x05\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x02 \x01(\x03\x12(\n\x05model\x18\x03 \x01(\x0b\x32\x19.fedsv.v1.TensorSetHeader\x12\x12\n\ntrain_seed\x18\x04 \x01(\x03\"2\n\x06RunEnd\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x18\n\x10rounds_completed\x18\x02 \x01(\x05\"}\n\x0bServerEvent\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x13.fedsv.v1.RoundTaskH\x00\x12 \n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x0f.fedsv.v1.ChunkH\x00\x12\x1f\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x10.fedsv.v1.RunEndH\x00\x42\x06\n\x04kind\"\xa2\x01\n\x0cUpdateHeader\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x05\x12\x13\n\x0bnum_samples\x18\x04 \x01(\x03\x12(\n\x05\x64\x65lta\x18\x05 \x01(\x0b\x32\x19.fedsv.v1.TensorSetHeader\x12\x15\n\rtrain_seconds\x18\x06 \x01(\x01\"c\n\rUpdateMessage\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x16.fedsv.v1.UpdateHeaderH\x00\x12 \n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x0f.fedsv.v1.ChunkH\x00\x42\x06\n\x04kind\"F\n\x0bSubmitReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\r\n\x05round\x18\x02 \x01(\x05\x12\x16\n\x0e\x62ytes_received\x18\x03 \x01(\x04\x32\xc5\x01\n\x0b\x43oordinator\x12\x32\n\x04Join\x12\x15.fedsv.v1.JoinRequest\x1a\x13.fedsv.v1.JoinReply\x12@\n\tSubscribe\x12\x1a.fedsv.v1.SubscribeRequest\x1a\x15.fedsv.v1.ServerEvent0\x01\x12@\n\x0cSubmitUpdate\x12\x17.fedsv.v1.UpdateMessage\x1a\x15.fedsv.v1.SubmitReply(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,28 +37,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TENSORSETHEADER']._serialized_end=205
   _globals['_CHUNK']._serialized_start=207
   _globals['_CHUNK']._serialized_end=243
-  _globals['_JOINREQUEST']._serialized_start=245
-  _globals['_JOINREQUEST']._serialized_end=347
-  _globals['_TRAINSETTINGS']._serialized_start=349
-  _globals['_TRAINSETTINGS']._serialized_end=452
-  _globals['_RUNSPEC']._serialized_start=455
-  _globals['_RUNSPEC']._serialized_end=691
-  _globals['_JOINREPLY']._serialized_start=693
-  _globals['_JOINREPLY']._serialized_end=783
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=785
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=850
-  _globals['_ROUNDTASK']._serialized_start=852
-  _globals['_ROUNDTASK']._serialized_end=966
-  _globals['_RUNEND']._serialized_start=968
-  _globals['_RUNEND']._serialized_end=1018
-  _globals['_SERVEREVENT']._serialized_start=1020
-  _globals['_SERVEREVENT']._serialized_end=1145
-  _globals['_UPDATEHEADER']._serialized_start=1148
-  _globals['_UPDATEHEADER']._serialized_end=1310
-  _globals['_UPDATEMESSAGE']._serialized_start=1312
-  _globals['_UPDATEMESSAGE']._serialized_end=1411
-  _globals['_SUBMITREPLY']._serialized_start=1413
-  _globals['_SUBMITREPLY']._serialized_end=1483
-  _globals['_COORDINATOR']._serialized_start=1486
-  _globals['_COORDINATOR']._serialized_end=1683
+  _globals['_JOINREQUEST']._serialized_start=246
+  _globals['_JOINREQUEST']._serialized_end=375
+  _globals['_TRAINSETTINGS']._serialized_start=377
+  _globals['_TRAINSETTINGS']._serialized_end=480
+  _globals['_RUNSPEC']._serialized_start=483
+  _globals['_RUNSPEC']._serialized_end=719
+  _globals['_JOINREPLY']._serialized_start=721
+  _globals['_JOINREPLY']._serialized_end=811
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=813
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=878
+  _globals['_ROUNDTASK']._serialized_start=880
+  _globals['_ROUNDTASK']._serialized_end=994
+  _globals['_RUNEND']._serialized_start=996
+  _globals['_RUNEND']._serialized_end=1046
+  _globals['_SERVEREVENT']._serialized_start=1048
+  _globals['_SERVEREVENT']._serialized_end=1173
+  _globals['_UPDATEHEADER']._serialized_start=1176
+  _globals['_UPDATEHEADER']._serialized_end=1338
+  _globals['_UPDATEMESSAGE']._serialized_start=1340
+  _globals['_UPDATEMESSAGE']._serialized_end=1439
+  _globals['_SUBMITREPLY']._serialized_start=1441
+  _globals['_SUBMITREPLY']._serialized_end=1511
+  _globals['_COORDINATOR']._serialized_start=1514
+  _globals['_COORDINATOR']._serialized_end=1711
 # @@protoc_insertion_point(module_scope)

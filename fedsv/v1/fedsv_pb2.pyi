@@ -37,18 +37,20 @@ class Chunk(_message.Message):
     def __init__(self, index: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
-    __slots__ = ("rank", "world_size", "num_samples", "credential", "host")
+    __slots__ = ("rank", "world_size", "num_samples", "credential", "host", "participant_token")
     RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANT_TOKEN_FIELD_NUMBER: _ClassVar[int]
     rank: int
     world_size: int
     num_samples: int
     credential: str
     host: str
-    def __init__(self, rank: _Optional[int] = ..., world_size: _Optional[int] = ..., num_samples: _Optional[int] = ..., credential: _Optional[str] = ..., host: _Optional[str] = ...) -> None: ...
+    participant_token: str
+    def __init__(self, rank: _Optional[int] = ..., world_size: _Optional[int] = ..., num_samples: _Optional[int] = ..., credential: _Optional[str] = ..., host: _Optional[str] = ..., participant_token: _Optional[str] = ...) -> None: ...
 
 class TrainSettings(_message.Message):
     __slots__ = ("epochs", "batch_size", "lr", "momentum", "weight_decay")
