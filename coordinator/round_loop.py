@@ -118,18 +118,18 @@ class RoundLoop:
         """Run the remaining rounds; returns the end reason ("finished" or why it stopped)."""
         run = self.run_config
         if self.completed >= run.rounds:
-            self.state.finish("finished")
+            self.state.finish("finished", self.completed)
             return "finished"
         if not self._wait_for_participants():
             reason = "stopped" if self.stop_event.is_set() else "stopped: participants did not join in time"
-            self.state.finish(reason)
+            self.state.finish(reason, self.completed)
             return reason
         for number in range(self.completed + 1, run.rounds + 1):
             reason = self._round(number)
             if reason:
-                self.state.finish(reason)
+                self.state.finish(reason, self.completed)
                 return reason
-        self.state.finish("finished")
+        self.state.finish("finished", self.completed)
         return "finished"
 
     def _wait_for_participants(self) -> bool:

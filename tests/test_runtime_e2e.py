@@ -4,68 +4,29 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from runtime_support import (
+    SMALL,
+    launch,
+    ledger_digest,
+    participant_argv,
+    rounds_in,
+    start_coordinator,
+    stop,
+)
 
 from coordinator.ledger import Ledger
 
 pytestmark = pytest.mark.slow
 
-SMALL = {
-    "participants": 6,
-    "fraction": 0.5,
-    "rounds": 2,
-    "epochs": 1,
-    "validation_size": 200,
-    "seed": 3,
-}
-
-
-def _flags(settings: dict[str, object]) -> list[str]:
-    out: list[str] = []
-    for key, value in settings.items():
-        out += [f"--{key.replace('_', '-')}", str(value)]
-    return out
-
 
 def _launch(out: Path, **overrides: object) -> subprocess.CompletedProcess[str]:
-    settings = {**SMALL, **overrides}
-    return subprocess.run(
-        [sys.executable, "-m", "fedsv", "launch", *_flags(settings), "--out", str(out), "--processes", "2"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
-def _ledger_digest(run_dir: Path) -> dict[str, list[tuple[Any, ...]]]:
-    with Ledger(run_dir / "ledger.sqlite", read_only=True) as ledger:
-        rounds = [
-            (
-                r.round,
-                r.selected,
-                r.received,
-                r.stragglers,
-                r.utility_before,
-                r.utility_after,
-                r.test_accuracy,
-                r.method,
-                r.evaluations,
-            )
-            for r in ledger.rounds()
-        ]
-        values = [(v.round, v.participant, v.fedsv, v.loo) for v in ledger.values()]
-        traffic = [(t.round, t.rpc, t.direction, t.bytes, t.messages) for t in ledger.traffic()]
-    return {"rounds": rounds, "values": values, "traffic": traffic}
+    return launch(out, {**SMALL, **overrides}, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +87,7 @@ def test_same_seed_gives_identical_ledgers(
     out, _ = exact_run
     proc = _launch(tmp_path / "again", valuation="exact")
     assert proc.returncode == 0, proc.stderr
-    assert _ledger_digest(out) == _ledger_digest(tmp_path / "again")
+    assert ledger_digest(out) == ledger_digest(tmp_path / "again")
 
 
 def test_valuation_adds_no_communication(
@@ -135,8 +96,8 @@ def test_valuation_adds_no_communication(
     out, _ = exact_run
     proc = _launch(tmp_path / "none", valuation="none")
     assert proc.returncode == 0, proc.stderr
-    with_valuation = _ledger_digest(out)["traffic"]
-    without = _ledger_digest(tmp_path / "none")["traffic"]
+    with_valuation = ledger_digest(out)["traffic"]
+    without = ledger_digest(tmp_path / "none")["traffic"]
     assert with_valuation == without
     assert with_valuation, "traffic was counted"
 
@@ -157,179 +118,27 @@ def test_fixed_selection_replaces_the_seeded_draw(tmp_path: Path) -> None:
         }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _coordinator(state: Path, port: int, **settings: object) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "coordinator",
-            *_flags({**SMALL, **settings}),
-            "--state-dir",
-            str(state),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--metrics-port",
-            "-1",
-            "--log-level",
-            "INFO",
-        ],
-        stdout=open(state / "coordinator.log", "a"),
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _participants(port: int, ranks: str, log: Path, world_size: int = 6) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "participant",
-            "--coordinator",
-            f"127.0.0.1:{port}",
-            "--world-size",
-            str(world_size),
-            "--ranks",
-            ranks,
-            "--log-level",
-            "INFO",
-        ],
-        stdout=open(log, "a"),
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _wait_for(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _rounds_in(state: Path) -> list[int]:
-    if not (state / "ledger.sqlite").exists():
-        return []
-    with Ledger(state / "ledger.sqlite", read_only=True) as ledger:
-        return [r.round for r in ledger.rounds()]
-
-
-def test_killed_coordinator_restarts_and_resumes_the_run(
-    exact_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
-) -> None:
-    reference, _ = exact_run
-    state = tmp_path / "state"
-    state.mkdir()
-    port = _free_port()
-    settings = {"valuation": "exact", "rounds": 3}
-    coordinator = _coordinator(state, port, **settings)
-    workers = _participants(port, "0-5", tmp_path / "participants.log")
-    try:
-        _wait_for(lambda: _rounds_in(state) == [1], 120, "round 1 in the ledger")
-        coordinator.send_signal(signal.SIGKILL)
-        coordinator.wait(timeout=30)
-        coordinator = _coordinator(state, port, **settings)
-        assert coordinator.wait(timeout=240) == 0, (state / "coordinator.log").read_text()[-2000:]
-        assert workers.wait(timeout=60) == 0
-    finally:
-        for proc in (coordinator, workers):
-            if proc.poll() is None:
-                proc.kill()
-    assert _rounds_in(state) == [1, 2, 3]
-    with Ledger(state / "ledger.sqlite", read_only=True) as ledger:
-        assert ledger.integrity_ok()
-        checkpoint = ledger.last_checkpoint()
-        assert checkpoint is not None and checkpoint.round == 3
-    # rounds 1-2 equal those of the uninterrupted run with the same seed (it ran 2 rounds)
-    resumed = _ledger_digest(state)
-    straight = _ledger_digest(reference)
-    assert resumed["rounds"][:2] == straight["rounds"]
-    assert [v for v in resumed["values"] if v[0] <= 2] == straight["values"]
-
-
-def test_participant_killed_mid_round_leaves_a_quorum_round(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    state.mkdir()
-    port = _free_port()
-    coordinator = _coordinator(
-        state,
-        port,
-        participants=4,
-        fraction=1.0,
-        rounds=1,
-        valuation="exact",
-        round_timeout=12,
-        quorum=0.5,
-        epochs=5,
-    )
-    healthy = _participants(port, "0-2", tmp_path / "healthy.log", world_size=4)
-    victim: subprocess.Popen[str] | None = None
-    log = state / "coordinator.log"
-    try:
-        victim = _participants(port, "3", tmp_path / "victim.log", world_size=4)
-        # The round opens once all four listen; the victim dies while it trains (5 local epochs).
-        _wait_for(lambda: "round 1: selected" in log.read_text(), 120, "round 1 to open")
-        victim.send_signal(signal.SIGKILL)
-        assert coordinator.wait(timeout=120) == 0, log.read_text()[-2000:]
-        assert healthy.wait(timeout=60) == 0
-    finally:
-        for proc in (coordinator, healthy, victim):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-    with Ledger(state / "ledger.sqlite", read_only=True) as ledger:
-        (record,) = ledger.rounds()
-        assert record.selected == ["p000", "p001", "p002", "p003"]
-        assert record.received == ["p000", "p001", "p002"] and record.stragglers == ["p003"]
-        assert {v.participant for v in ledger.values()} == {"p000", "p001", "p002"}
-
-
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian openmpi-bin) is not installed")
 def test_participants_launched_by_mpirun_take_their_ranks_from_mpi(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    state.mkdir()
-    port = _free_port()
-    coordinator = _coordinator(state, port, participants=4, fraction=0.5, rounds=1, valuation="exact")
-    mpirun = subprocess.run(
-        [
-            "mpirun",
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "-n",
-            "2",
-            sys.executable,
-            "-m",
-            "participant",
-            "--coordinator",
-            f"127.0.0.1:{port}",
-            "--world-size",
-            "4",
-            "--log-level",
-            "INFO",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    settings = {**SMALL, "participants": 4, "rounds": 1, "valuation": "exact", "metrics_port": -1}
+    coordinator, port, _ = start_coordinator(state, settings)
     try:
+        mpirun = subprocess.run(
+            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "2",
+             *participant_argv(f"127.0.0.1:{port}", None, 4)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )  # fmt: skip
         assert mpirun.returncode == 0, mpirun.stdout[-2000:] + mpirun.stderr[-2000:]
         assert coordinator.wait(timeout=60) == 0
     finally:
-        if coordinator.poll() is None:
-            coordinator.kill()
+        stop(coordinator)
     log = (state / "coordinator.log").read_text()
     assert all(f"rank {r} joined" in log for r in range(4))
-    assert _rounds_in(state) == [1]
+    assert rounds_in(state) == [1]
 
 
 def test_distributed_run_values_equal_the_in_process_demo(
@@ -345,6 +154,6 @@ def test_distributed_run_values_equal_the_in_process_demo(
         for rv in demo.valuation.per_round()
         for p, v in zip(rv.participants, rv.fedsv, strict=True)
     ]
-    distributed = [(v[0], v[1], v[2]) for v in _ledger_digest(out)["values"]]
+    distributed = [(v[0], v[1], v[2]) for v in ledger_digest(out)["values"]]
     assert [k[:2] for k in sorted(distributed)] == [k[:2] for k in sorted(in_process)]
     assert [k[2] for k in sorted(distributed)] == pytest.approx([k[2] for k in sorted(in_process)], abs=1e-12)
