@@ -13,6 +13,7 @@ from coordinator.ledger import LedgerError
 from fedsv.config_args import add_dataclass_args, build_config, build_configs, load_config_file
 from fedsv.demo import DemoConfig, main_demo
 from fedsv.launch import Launch, LaunchConfig
+from fedsv.study.cli import add_study_parser, main_study
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +34,18 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", help="run directory written by `fedsv launch`")
     report.add_argument("--json", action="store_true", help="print report.json instead of the table")
 
+    certs = sub.add_parser("certs", help="create a run's CA, coordinator and per-participant certificates")
+    certs.add_argument("--out", required=True, help="directory to write them into (keys 0600)")
+    certs.add_argument("--participants", type=int, required=True, help="number of participants N")
+    certs.add_argument(
+        "--hosts", default="", help="extra names/IPs of the coordinator, comma-separated (e.g. its DNS name)"
+    )
+    certs.add_argument("--days", type=int, default=365, help="validity in days (default: 365)")
+
     demo = sub.add_parser("demo", help="train FedAvg in this process and value every round's deltas")
     demo.add_argument("--config", default=None, help="JSON file of settings (flags override it)")
     add_dataclass_args(demo, DemoConfig)
+    add_study_parser(sub)
     return parser
 
 
@@ -70,6 +80,19 @@ def main_launch(args: argparse.Namespace) -> int:
     return 0
 
 
+def main_certs(args: argparse.Namespace) -> int:
+    from fedsv.certs import generate
+
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    made = generate(args.out, args.participants, hosts, args.days)
+    names = ", ".join(["localhost", "127.0.0.1", "::1", *hosts])
+    print(
+        f"wrote ca.pem/.key, coordinator.pem/.key (for {names}), "
+        f"p000..p{args.participants - 1:03d}.pem/.key/.token and tokens.txt into {made.out}"
+    )
+    return 0
+
+
 def main_report(args: argparse.Namespace) -> int:
     from fedsv.report import build_report, format_table
 
@@ -87,8 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "launch":
             return main_launch(args)
+        if args.command == "certs":
+            return main_certs(args)
         if args.command == "report":
             return main_report(args)
+        if args.command == "study":
+            return main_study(args)
         file_values = load_config_file(args.config) if args.config else None
         return main_demo(build_config(DemoConfig, args, file_values))
     except (ValueError, FileNotFoundError, RuntimeError, LedgerError) as exc:
