@@ -25,6 +25,7 @@ test: lint
 bench: install
 	$(BIN)/python benchmarks/bench_valuation.py
 	$(BIN)/python benchmarks/bench_rounds.py
+	$(BIN)/python benchmarks/bench_load.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
