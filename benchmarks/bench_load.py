@@ -28,9 +28,9 @@ from pathlib import Path
 
 import torch
 
-from coordinator.config import RunConfig
-from coordinator.ledger import Ledger, RoundRecord
-from fedsv.launch import Launch, LaunchConfig
+from fedsv.app.launch import Launch, LaunchConfig
+from fedsv.coordinator.config import RunConfig
+from fedsv.coordinator.ledger import Ledger, RoundRecord
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from coordinator.config import RunConfig
-from coordinator.ledger import Ledger, RoundRecord
-from fedsv.launch import Launch, LaunchConfig
+from fedsv.app.launch import Launch, LaunchConfig
+from fedsv.coordinator.config import RunConfig
+from fedsv.coordinator.ledger import Ledger, RoundRecord
 
 
 def run_once(run: RunConfig, out: Path) -> tuple[list[RoundRecord], float]:

@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedsv.data import load_dataset
-from fedsv.models import build_model
-from fedsv.partition import partition_indices
-from fedsv.training import TrainConfig, apply_delta, fedavg, local_update, params_of
-from valuation import RoundGame, plan, shapley_values
-from valuation.result import ValuationResult
+from fedsv.common.data import load_dataset
+from fedsv.common.models import build_model
+from fedsv.common.partition import partition_indices
+from fedsv.common.training import TrainConfig, apply_delta, fedavg, local_update, params_of
+from fedsv.valuation import RoundGame, plan, shapley_values
+from fedsv.valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
 

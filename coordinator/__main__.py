@@ -1,4 +1,4 @@
-"""`python -m coordinator`: run a coordinator for one run (resumes it from --state-dir)."""
+"""`python -m fedsv.coordinator`: run a coordinator for one run (resumes it from --state-dir)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from coordinator.config import RunConfig, ServerConfig
-from coordinator.ledger import LedgerError
-from coordinator.server import serve
-from fedsv.config_args import add_dataclass_args, build_configs, load_config_file
+from fedsv.common.config_args import add_dataclass_args, build_configs, load_config_file
+from fedsv.coordinator.config import RunConfig, ServerConfig
+from fedsv.coordinator.ledger import LedgerError
+from fedsv.coordinator.server import serve
 
 logger = logging.getLogger(__name__)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coordinator", description="fedsv coordinator")
+    parser = argparse.ArgumentParser(prog="python -m fedsv.coordinator", description="fedsv coordinator")
     parser.add_argument(
         "--config", default=None, help="JSON file of run and server settings (flags override)"
     )

@@ -1,4 +1,4 @@
-"""The run's settings (shared by `fedsv launch` and `python -m coordinator`), as a dataclass of flags."""
+"""The run's settings (shared by `fedsv launch` and `python -m fedsv.coordinator`), as dataclasses."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fedsv.corruptions import parse_corruption
-from participant.ranks import parse_ranks
+from fedsv.common.corruptions import parse_corruption
+from fedsv.common.ranks import parse_ranks
 
 logger = logging.getLogger(__name__)
 

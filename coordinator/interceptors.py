@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.metrics import CoordinatorMetrics
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from coordinator.records import Checkpoint, RoundRecord, TrafficRow, ValueRow
+from fedsv.coordinator.records import Checkpoint, RoundRecord, TrafficRow, ValueRow
 
 logger = logging.getLogger(__name__)
 

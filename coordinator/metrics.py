@@ -9,7 +9,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from coordinator.ledger import RoundRecord
+from fedsv.coordinator.ledger import RoundRecord
 
 logger = logging.getLogger(__name__)
 

@@ -12,16 +12,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from coordinator.config import RunConfig, ServerConfig
-from coordinator.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow, ValueRow
-from coordinator.metrics import CoordinatorMetrics
-from coordinator.run_state import OpenRound, RunState, participant_id
-from fedsv.data import load_dataset
-from fedsv.models import build_model
-from fedsv.training import apply_delta, evaluate, fedavg, params_of
-from fedsv.wire import encode_tensor_set
-from valuation import FederatedValuation, RoundGame, RoundValues
-from valuation.rounds import normalized
+from fedsv.common.data import load_dataset
+from fedsv.common.models import build_model
+from fedsv.common.ranks import participant_id
+from fedsv.common.training import apply_delta, evaluate, fedavg, params_of
+from fedsv.common.wire import encode_tensor_set
+from fedsv.coordinator.config import RunConfig, ServerConfig
+from fedsv.coordinator.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow, ValueRow
+from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.run_state import OpenRound, RunState
+from fedsv.valuation import FederatedValuation, RoundGame, RoundValues
+from fedsv.valuation.rounds import normalized
 
 logger = logging.getLogger(__name__)
 

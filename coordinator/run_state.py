@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from fedsv.common.ranks import participant_id
+
 logger = logging.getLogger(__name__)
 
 
@@ -42,7 +44,7 @@ class OpenRound:
     selected: list[str]
     deadline: float
     task_header: object  # fedsv_pb2.TensorSetHeader of the global model
-    task_payloads: Iterable[bytes]  # fedsv.wire.ChunkPayloads: re-iterable, shared by all streams
+    task_payloads: Iterable[bytes]  # fedsv.common.wire.ChunkPayloads: re-iterable, shared by all streams
     train_seeds: dict[str, int]
     received: dict[str, tuple[dict[str, Tensor], int, float]] = field(default_factory=dict)
     closed: bool = False
@@ -51,11 +53,6 @@ class OpenRound:
 def same_secret(given: str, expected: str) -> bool:
     """Constant-time comparison of secrets; any string (compare_digest refuses non-ASCII str)."""
     return secrets.compare_digest(given.encode(), expected.encode())
-
-
-def participant_id(rank: int) -> str:
-    """The stable id of a rank."""
-    return f"p{rank:03d}"
 
 
 class RunState:

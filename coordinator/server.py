@@ -18,17 +18,17 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from coordinator.config import RunConfig, ServerConfig
-from coordinator.interceptors import MalformedRequests
-from coordinator.ledger import Ledger
-from coordinator.metrics import CoordinatorMetrics, serve_metrics
-from coordinator.round_loop import RoundLoop
-from coordinator.run_state import RunState
-from coordinator.servicer import CoordinatorServicer
-from fedsv.certs import read_tokens
-from fedsv.tls import server_credentials
-from fedsv.v1 import fedsv_pb2, fedsv_pb2_grpc
-from fedsv.wire import spec_of
+from fedsv.common.certs import read_tokens
+from fedsv.common.tls import server_credentials
+from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
+from fedsv.common.wire import spec_of
+from fedsv.coordinator.config import RunConfig, ServerConfig
+from fedsv.coordinator.interceptors import MalformedRequests
+from fedsv.coordinator.ledger import Ledger
+from fedsv.coordinator.metrics import CoordinatorMetrics, serve_metrics
+from fedsv.coordinator.round_loop import RoundLoop
+from fedsv.coordinator.run_state import RunState
+from fedsv.coordinator.servicer import CoordinatorServicer
 
 logger = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ from typing import Any, NoReturn
 
 import grpc
 
-from coordinator.metrics import CoordinatorMetrics
-from coordinator.run_state import ParticipantInfo, Rejected, RunState
-from fedsv.tls import peer_identity
-from fedsv.v1 import fedsv_pb2, fedsv_pb2_grpc
-from fedsv.wire import TensorSetAssembler, WireError, iter_chunks
+from fedsv.common.tls import peer_identity
+from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
+from fedsv.common.wire import TensorSetAssembler, WireError, iter_chunks
+from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.run_state import ParticipantInfo, Rejected, RunState
 
 logger = logging.getLogger(__name__)
 

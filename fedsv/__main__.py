@@ -2,6 +2,6 @@
 
 import sys
 
-from fedsv.cli import main
+from fedsv.app.cli import main
 
 sys.exit(main())

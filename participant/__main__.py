@@ -1,4 +1,4 @@
-"""`python -m participant`: play one or more ranks of a run (flags, mpirun, Kubernetes or torchrun ranks)."""
+"""`python -m fedsv.participant`: play one or more ranks of a run (flags, mpirun, Kubernetes, torchrun)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from types import FrameType
 
 import torch
 
-from fedsv.certs import participant_name, read_tokens
-from fedsv.tls import channel_credentials, rank_token
-from participant.ranks import resolve_ranks
-from participant.worker import RankWorker
+from fedsv.common.certs import read_tokens
+from fedsv.common.ranks import participant_id
+from fedsv.common.tls import channel_credentials, rank_token
+from fedsv.participant.ranks import resolve_ranks
+from fedsv.participant.worker import RankWorker
 
 logger = logging.getLogger(__name__)
 
@@ -35,15 +36,17 @@ def _tokens(args: argparse.Namespace, ranks: Sequence[int]) -> dict[int, str]:
             channel_credentials(args.tls_dir, rank)  # missing or half-present files: a clear error now
     if args.tokens_file:
         by_id = read_tokens(args.tokens_file)
-        missing = [r for r in ranks if participant_name(r) not in by_id]
+        missing = [r for r in ranks if participant_id(r) not in by_id]
         if missing:
             raise ValueError(f"{args.tokens_file} has no token for ranks {missing}")
-        return {r: by_id[participant_name(r)] for r in ranks}
+        return {r: by_id[participant_id(r)] for r in ranks}
     return {r: rank_token(args.tls_dir, r) for r in ranks} if args.tls_dir else {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m participant", description="fedsv participant ranks")
+    parser = argparse.ArgumentParser(
+        prog="python -m fedsv.participant", description="fedsv participant ranks"
+    )
     parser.add_argument("--coordinator", required=True, help="coordinator address HOST:PORT")
     parser.add_argument("--rank", type=int, default=None, help="this process's single rank")
     parser.add_argument("--world-size", type=int, default=None, help="number of participants N")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-logger = logging.getLogger(__name__)
+from fedsv.common.ranks import DIGITS, block_of, check_world_size, parse_ranks
 
-_DIGITS = re.compile(r"[0-9]+")
+logger = logging.getLogger(__name__)
 
 NO_RANK = (
     "no rank: pass --rank/--world-size or --ranks, "
@@ -27,62 +26,12 @@ class RankAssignment:
     source: str  # "flags", "openmpi", "mpich", "pmix", "slurm", "kubernetes" or "torchrun"
 
 
-def _check_world_size(world_size: int, what: str = "world size") -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"{what} must be a positive integer, got {world_size!r}")
-
-
-def parse_ranks(spec: str, world_size: int) -> tuple[int, ...]:
-    """Parse a rank list such as "3", "0-24" or "0-4,10,12-13" into sorted unique ranks in 0..world_size-1."""
-    _check_world_size(world_size)
-    if not spec or not spec.strip():
-        raise ValueError("empty rank list: expected e.g. 3, 0-24 or 0-4,10,12-13")
-    ranks: set[int] = set()
-    for raw in spec.split(","):
-        part = raw.strip()
-        lo_text, dash, hi_text = part.partition("-")
-        lo_text, hi_text = lo_text.strip(), hi_text.strip()
-        if not _DIGITS.fullmatch(lo_text) or (dash and not _DIGITS.fullmatch(hi_text)):
-            raise ValueError(
-                f"bad rank range {part!r} in {spec!r}: expected N or A-B with non-negative integers"
-            )
-        lo = int(lo_text)
-        hi = int(hi_text) if dash else lo
-        if hi < lo:
-            raise ValueError(f"bad rank range {part!r} in {spec!r}: start {lo} is after end {hi}")
-        if hi >= world_size:
-            raise ValueError(
-                f"rank {hi} in {spec!r} is out of range for world size {world_size} (0..{world_size - 1})"
-            )
-        ranks.update(range(lo, hi + 1))
-    return tuple(sorted(ranks))
-
-
-def block_of(process_index: int, processes: int, world_size: int) -> tuple[int, ...]:
-    """Ranks of `process_index` when 0..world_size-1 is cut into `processes` contiguous near-equal blocks.
-
-    The first world_size % processes blocks hold one rank more than the others.
-    """
-    _check_world_size(processes, "process count")
-    _check_world_size(world_size)
-    if not 0 <= process_index < processes:
-        raise ValueError(f"process index {process_index} is out of range for {processes} processes")
-    if world_size < processes:
-        raise ValueError(
-            f"{processes} processes for only {world_size} ranks: some processes would have no rank"
-        )
-    base, extra = divmod(world_size, processes)
-    start = process_index * base + min(process_index, extra)
-    size = base + (1 if process_index < extra else 0)
-    return tuple(range(start, start + size))
-
-
 def _env_int(environ: Mapping[str, str], name: str) -> int | None:
     """The non-negative integer in environ[name]; None when unset or blank; ValueError when not an integer."""
     value = environ.get(name)
     if value is None or not value.strip():
         return None
-    if not _DIGITS.fullmatch(value.strip()):
+    if not DIGITS.fullmatch(value.strip()):
         raise ValueError(f"environment variable {name}={value!r} is not a non-negative integer")
     return int(value.strip())
 
@@ -157,7 +106,7 @@ def resolve_ranks(
     Explicit flags win: `--rank R --world-size N` gives (R,), `--ranks SPEC --world-size N` the parsed list.
     Otherwise the launcher's environment gives process p of P. With `--world-size N` larger than P, or with
     `ranks_per_process` K (N = K*P), 0..N-1 is split into P contiguous near-equal blocks and process p plays
-    block p; e.g. `mpirun -n 4 python -m participant --world-size 20` plays 5 ranks in each process.
+    block p; e.g. `mpirun -n 4 python -m fedsv.participant --world-size 20` plays 5 ranks in each process.
     """
     if rank is not None or ranks is not None:
         if rank is not None and ranks is not None:
@@ -166,7 +115,7 @@ def resolve_ranks(
             raise ValueError("--ranks-per-process applies only under a launcher, not with --rank/--ranks")
         if world_size is None:
             raise ValueError("--rank/--ranks needs --world-size")
-        _check_world_size(world_size)
+        check_world_size(world_size)
         if rank is None:
             return RankAssignment(parse_ranks(ranks or "", world_size), world_size, "flags")
         if not 0 <= rank < world_size:
@@ -176,9 +125,9 @@ def resolve_ranks(
         return RankAssignment((rank,), world_size, "flags")
 
     if world_size is not None:
-        _check_world_size(world_size)
+        check_world_size(world_size)
     if ranks_per_process is not None:
-        _check_world_size(ranks_per_process, "--ranks-per-process")
+        check_world_size(ranks_per_process, "--ranks-per-process")
     detected = detect_rank_env(environ)
     if detected is None:
         raise ValueError(NO_RANK)

@@ -11,12 +11,12 @@ from collections.abc import Iterator
 
 import grpc
 
-from fedsv.models import build_model
-from fedsv.shards import cached_splits, load_shard
-from fedsv.tls import channel_credentials
-from fedsv.training import TrainConfig, local_update
-from fedsv.v1 import fedsv_pb2, fedsv_pb2_grpc
-from fedsv.wire import DEFAULT_CHUNK_BYTES, TensorSetAssembler, encode_tensor_set, iter_chunks
+from fedsv.common.models import build_model
+from fedsv.common.shards import cached_splits, load_shard
+from fedsv.common.tls import channel_credentials
+from fedsv.common.training import TrainConfig, local_update
+from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
+from fedsv.common.wire import DEFAULT_CHUNK_BYTES, TensorSetAssembler, encode_tensor_set, iter_chunks
 
 logger = logging.getLogger(__name__)
 

@@ -7,12 +7,12 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from valuation.exact import ExactShapley
-from valuation.game import Game, as_game
-from valuation.group_testing import GroupTesting, group_testing_budget
-from valuation.loo import LeaveOneOut, RandomValues
-from valuation.permutation import PermutationSampling, check_accuracy, permutation_budget
-from valuation.result import ValuationResult
+from fedsv.valuation.exact import ExactShapley
+from fedsv.valuation.game import Game, as_game
+from fedsv.valuation.group_testing import GroupTesting, group_testing_budget
+from fedsv.valuation.loo import LeaveOneOut, RandomValues
+from fedsv.valuation.permutation import PermutationSampling, check_accuracy, permutation_budget
+from fedsv.valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
 

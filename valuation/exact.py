@@ -9,8 +9,8 @@ from math import factorial
 import numpy as np
 import numpy.typing as npt
 
-from valuation.game import BoolMatrix, FloatArray, Game
-from valuation.result import ValuationResult
+from fedsv.valuation.game import BoolMatrix, FloatArray, Game
+from fedsv.valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from valuation.game import Game
-from valuation.permutation import RunningMoments, check_accuracy, check_count, single_player_result
-from valuation.result import ValuationResult
+from fedsv.valuation.game import Game
+from fedsv.valuation.permutation import RunningMoments, check_accuracy, check_count, single_player_result
+from fedsv.valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import logging
 
 import numpy as np
 
-from valuation.game import Game
-from valuation.result import ValuationResult
+from fedsv.valuation.game import Game
+from fedsv.valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
 

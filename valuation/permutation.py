@@ -8,8 +8,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from valuation.game import BoolMatrix, Game
-from valuation.result import ValuationResult
+from fedsv.valuation.game import BoolMatrix, Game
+from fedsv.valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
 

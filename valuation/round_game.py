@@ -11,9 +11,9 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from valuation import stacked_head
-from valuation.game import BoolMatrix, FloatArray, Game
-from valuation.round_inputs import RoundInputs, coalition_weights, score_logits
+from fedsv.valuation import stacked_head
+from fedsv.valuation.game import BoolMatrix, FloatArray, Game
+from fedsv.valuation.round_inputs import RoundInputs, coalition_weights, score_logits
 
 logger = logging.getLogger(__name__)
 

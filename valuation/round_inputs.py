@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from valuation.game import BoolMatrix, FloatArray
+from fedsv.valuation.game import BoolMatrix, FloatArray
 
 logger = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from valuation.api import make_estimator
-from valuation.game import Game
-from valuation.loo import LeaveOneOut
+from fedsv.valuation.api import make_estimator
+from fedsv.valuation.game import Game
+from fedsv.valuation.loo import LeaveOneOut
 
 logger = logging.getLogger(__name__)
 

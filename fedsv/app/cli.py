@@ -1,0 +1,130 @@
+"""The `fedsv` command line: launch a run, report on it, or run the in-process valuation demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from fedsv.app.demo import DemoConfig, main_demo
+from fedsv.app.launch import Launch, LaunchConfig
+from fedsv.app.study.cli import add_study_parser, main_study
+from fedsv.common.config_args import add_dataclass_args, build_config, build_configs, load_config_file
+from fedsv.coordinator.config import RunConfig
+from fedsv.coordinator.ledger import LedgerError
+
+logger = logging.getLogger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedsv", description="Federated learning with federated Shapley values."
+    )
+    parser.add_argument("--log-level", default="WARNING", help="logging level (default: WARNING)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    launch = sub.add_parser("launch", help="run a coordinator and participant processes on this machine")
+    launch.add_argument("--config", default=None, help="JSON file of run settings (flags override it)")
+    add_dataclass_args(launch, RunConfig)
+    add_dataclass_args(launch, LaunchConfig)
+
+    report = sub.add_parser("report", help="print the values and traffic of a finished run")
+    report.add_argument("run_dir", help="run directory written by `fedsv launch`")
+    report.add_argument("--json", action="store_true", help="print report.json instead of the table")
+
+    certs = sub.add_parser("certs", help="create a run's CA, coordinator and per-participant certificates")
+    certs.add_argument("--out", required=True, help="directory to write them into (keys 0600)")
+    certs.add_argument("--participants", type=int, required=True, help="number of participants N")
+    certs.add_argument(
+        "--hosts", default="", help="extra names/IPs of the coordinator, comma-separated (e.g. its DNS name)"
+    )
+    certs.add_argument("--days", type=int, default=365, help="validity in days (default: 365)")
+
+    demo = sub.add_parser("demo", help="train FedAvg in this process and value every round's deltas")
+    demo.add_argument("--config", default=None, help="JSON file of settings (flags override it)")
+    add_dataclass_args(demo, DemoConfig)
+    add_study_parser(sub)
+    return parser
+
+
+def main_launch(args: argparse.Namespace) -> int:
+    from fedsv.app.report import format_table, write_outputs
+
+    file_values = load_config_file(args.config) if args.config else {}
+    run, launch_config = build_configs(args, file_values, RunConfig, LaunchConfig)
+    launch = Launch(run, launch_config, log_level=args.log_level)
+    print(
+        f"fedsv launch: {run.participants} participants ({run.selected_per_round} per round), "
+        f"{run.rounds} rounds, "
+        f"{run.model} on {run.dataset} ({run.partition}), valuation={run.valuation}, out={launch_config.out}",
+        flush=True,
+    )
+    try:
+        grpc_port, metrics_port = launch.start()
+        print(f"coordinator on 127.0.0.1:{grpc_port}, metrics on :{metrics_port}", flush=True)
+        code = launch.follow(lambda line: print(line, flush=True))
+    finally:
+        launch.stop()
+    if code != 0:
+        print(
+            f"fedsv launch: coordinator exited with {code}; see {launch_config.out}/coordinator.log",
+            file=sys.stderr,
+        )
+        return code
+    outputs = write_outputs(launch_config.out)
+    print()
+    print(format_table(json.loads(outputs["report.json"].read_text())))
+    print("\nwrote " + ", ".join(str(p) for p in outputs.values()))
+    return 0
+
+
+def main_certs(args: argparse.Namespace) -> int:
+    from fedsv.common.certs import generate
+
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    made = generate(args.out, args.participants, hosts, args.days)
+    names = ", ".join(["localhost", "127.0.0.1", "::1", *hosts])
+    print(
+        f"wrote ca.pem/.key, coordinator.pem/.key (for {names}), "
+        f"p000..p{args.participants - 1:03d}.pem/.key/.token and tokens.txt into {made.out}"
+    )
+    return 0
+
+
+def main_report(args: argparse.Namespace) -> int:
+    from fedsv.app.report import build_report, format_table
+
+    report = build_report(args.run_dir)
+    print(json.dumps(report, indent=2) if args.json else format_table(report))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        if args.command == "launch":
+            return main_launch(args)
+        if args.command == "certs":
+            return main_certs(args)
+        if args.command == "report":
+            return main_report(args)
+        if args.command == "study":
+            return main_study(args)
+        file_values = load_config_file(args.config) if args.config else None
+        return main_demo(build_config(DemoConfig, args, file_values))
+    except (ValueError, FileNotFoundError, RuntimeError, LedgerError) as exc:
+        print(f"fedsv {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fedsv {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

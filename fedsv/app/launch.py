@@ -1,0 +1,191 @@
+"""`fedsv launch`: a coordinator and participant processes on loopback (like mpirun), with progress."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedsv.common import certs
+from fedsv.common.ranks import block_of
+from fedsv.coordinator.config import RunConfig
+from fedsv.coordinator.ledger import Ledger, RoundRecord
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How `fedsv launch` places the run on this machine."""
+
+    out: str = field(default="runs/latest", metadata={"help": "run directory (ledger, report, plot, logs)"})
+    processes: int = field(default=0, metadata={"help": "participant processes (0 = min(N, 4))"})
+    round_timeout: float = field(default=120.0, metadata={"help": "seconds a round waits for updates"})
+    metrics_port: int = field(
+        default=0, metadata={"help": "coordinator metrics port (0 = ephemeral, -1 = off)"}
+    )
+    timeout: float = field(
+        default=3600.0, metadata={"help": "give up on the whole run after this many seconds"}
+    )
+    linger: float = field(
+        default=3.0, metadata={"help": "seconds the coordinator serves final metrics after the run"}
+    )
+    insecure: bool = field(
+        default=False,
+        metadata={"help": "plaintext gRPC instead of mutual TLS with the certificates in OUT/certs"},
+    )
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    filled = round(width * done / max(1, total))
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def format_progress(record: RoundRecord, total_rounds: int) -> str:
+    return (
+        f"round {record.round:3d}/{total_rounds} {_bar(record.round, total_rounds)} "
+        f"acc {record.test_accuracy:.3f}  U {record.utility_before:.3f}->{record.utility_after:.3f}  "
+        f"received {len(record.received)}/{len(record.selected)}  "
+        f"valuation {record.method} {record.valuation_seconds:.2f}s ({record.evaluations} evals)  "
+        f"round {record.round_seconds:.1f}s"
+    )
+
+
+class Launch:
+    """Starts the processes of one run and follows it through the ledger."""
+
+    def __init__(self, run: RunConfig, launch: LaunchConfig, log_level: str = "WARNING") -> None:
+        self.run, self.launch, self.log_level = run, launch, log_level
+        self.out = Path(launch.out)
+        self.coordinator: subprocess.Popen[bytes] | None = None
+        self.participants: list[subprocess.Popen[bytes]] = []
+
+    def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(self.out / log_name, "ab") as log:  # the child keeps its own copy of the descriptor
+            return subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def _transport(self) -> tuple[dict[str, object], list[str]]:
+        """The coordinator's settings and the participants' flags for TLS (certificates made once)."""
+        if self.launch.insecure:
+            return {"insecure": True}, ["--insecure"]
+        tls_dir = self.out / "certs"
+        if not certs.complete(tls_dir, self.run.participants):
+            certs.generate(tls_dir, self.run.participants)
+            logger.info("certificates for %d participants in %s", self.run.participants, tls_dir)
+        return {"tls_dir": str(tls_dir)}, ["--tls-dir", str(tls_dir)]
+
+    def start(self) -> tuple[int, int]:
+        """Start the coordinator, then (once it serves) the participants; returns (grpc, metrics) ports."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        transport, participant_flags = self._transport()
+        port_file = self.out / "coordinator.port"
+        port_file.unlink(missing_ok=True)
+        config = {
+            **self.run.to_dict(),
+            "state_dir": str(self.out),
+            "host": "127.0.0.1",
+            "port": 0,
+            "metrics_port": self.launch.metrics_port,
+            "port_file": str(port_file),
+            "round_timeout": self.launch.round_timeout,
+            "linger": self.launch.linger,
+            "health_port": -1,
+            **transport,
+        }
+        (self.out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        argv = ["-m", "fedsv.coordinator", "--config", str(self.out / "config.json")]
+        self.coordinator = self._spawn([*argv, "--log-level", self.log_level], "coordinator.log")
+        deadline = time.time() + 120
+        while not port_file.exists():
+            if self.coordinator.poll() is not None:
+                raise RuntimeError(
+                    f"coordinator exited with {self.coordinator.returncode}: {self._log_tail()}"
+                )
+            if time.time() > deadline:
+                raise RuntimeError("coordinator did not start serving within 120 s")
+            time.sleep(0.05)
+        grpc_port, metrics_port = (int(v) for v in port_file.read_text().split())
+        if self._recorded_rounds() >= self.run.rounds:
+            logger.info("%s holds the finished run: no participants needed", self.out)
+            return grpc_port, metrics_port
+        n = self.run.participants
+        processes = self.launch.processes or min(n, 4)
+        for index in range(min(processes, n)):
+            ranks = block_of(index, min(processes, n), n)
+            self.participants.append(
+                self._spawn(
+                    [
+                        "-m",
+                        "fedsv.participant",
+                        "--coordinator",
+                        f"127.0.0.1:{grpc_port}",
+                        "--world-size",
+                        str(n),
+                        "--ranks",
+                        f"{ranks[0]}-{ranks[-1]}",
+                        "--log-level",
+                        self.log_level,
+                        *participant_flags,
+                    ],
+                    f"participants-{index}.log",
+                )
+            )
+        return grpc_port, metrics_port
+
+    def _recorded_rounds(self) -> int:
+        ledger_path = self.out / "ledger.sqlite"
+        if not ledger_path.exists():
+            return 0
+        with Ledger(ledger_path, read_only=True) as ledger:
+            return len(ledger.rounds())
+
+    def _log_tail(self, lines: int = 5) -> str:
+        path = self.out / "coordinator.log"
+        text = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+        return " | ".join(text[-lines:])
+
+    def follow(self, printer: object = print) -> int:
+        """Print a progress line per completed round until the coordinator exits; returns its exit code."""
+        assert self.coordinator is not None
+        shown = 0
+        deadline = time.time() + self.launch.timeout
+        ledger_path = self.out / "ledger.sqlite"
+        while True:
+            exited = self.coordinator.poll() is not None
+            if ledger_path.exists():
+                with Ledger(ledger_path, read_only=True) as ledger:
+                    for record in ledger.rounds():
+                        if record.round > shown:
+                            printer(format_progress(record, self.run.rounds))  # type: ignore[operator]
+                            shown = record.round
+            if exited:
+                break
+            if time.time() > deadline:
+                logger.error("run exceeded %.0f s; stopping it", self.launch.timeout)
+                self.coordinator.terminate()
+            time.sleep(0.25)
+        # Participants leave on the run's end message; one that missed it (it connected after the
+        # coordinator had gone, e.g. when a finished run is launched again) is stopped, not waited for.
+        grace = time.time() + 10
+        for proc in self.participants:
+            try:
+                proc.wait(timeout=max(0.1, grace - time.time()))
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+        return int(self.coordinator.returncode)
+
+    def stop(self) -> None:
+        for proc in [*self.participants, *([self.coordinator] if self.coordinator else [])]:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in [*self.participants, *([self.coordinator] if self.coordinator else [])]:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()

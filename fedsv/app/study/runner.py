@@ -1,0 +1,157 @@
+"""Runs a study's training runs through `fedsv launch` (real coordinator + participants), a few at a time."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import Tensor
+
+from fedsv.app.launch import Launch, LaunchConfig
+from fedsv.coordinator.config import RunConfig
+from fedsv.coordinator.ledger import Ledger, LedgerError, RoundRecord, ValueRow
+from fedsv.coordinator.round_loop import params_from_bytes
+
+logger = logging.getLogger(__name__)
+
+
+class StudyError(RuntimeError):
+    """A study cannot go on (a run failed, bad input); its message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a finished run left in its ledger."""
+
+    directory: Path
+    rounds: list[RoundRecord]
+    values: list[ValueRow]
+    seconds: float  # wall time of the launch; 0.0 when an earlier identical run was reused
+
+    @property
+    def final_accuracy(self) -> float:
+        return float(self.rounds[-1].test_accuracy)
+
+    def selection(self) -> dict[int, list[str]]:
+        """round -> participant ids selected in it."""
+        return {record.round: list(record.selected) for record in self.rounds}
+
+    def final_params(self) -> dict[str, Tensor]:
+        """The global model after the last round (the ledger's checkpoint)."""
+        with Ledger(self.directory / "ledger.sqlite", read_only=True) as ledger:
+            checkpoint = ledger.last_checkpoint()
+        if checkpoint is None:
+            raise StudyError(f"{self.directory}: the ledger holds no checkpoint")
+        return params_from_bytes(checkpoint.global_params)
+
+
+def _finished(directory: Path, run: RunConfig) -> RunResult | None:
+    """The run recorded in `directory` if it is this very run and finished; None otherwise."""
+    path = directory / "ledger.sqlite"
+    if not path.is_file():
+        return None
+    try:
+        with Ledger(path, read_only=True) as ledger:
+            recorded = ledger.run_config()
+            rounds, values = ledger.rounds(), ledger.values()
+    except LedgerError:
+        return None
+    if recorded is None or recorded[1] != run.to_dict() or len(rounds) < run.rounds:
+        return None
+    return RunResult(directory, rounds, values, 0.0)
+
+
+def _clear(directory: Path) -> None:
+    """Remove what an unfinished or different earlier run left, so the new one starts afresh."""
+    for name in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "coordinator.port"):
+        (directory / name).unlink(missing_ok=True)
+    for log in directory.glob("*.log"):
+        log.unlink()
+
+
+def _last_line(exc: Exception) -> str:
+    """Launch's "coordinator exited with 1: <log lines joined by ' | '>" cut to the log's last line."""
+    text = str(exc)
+    if " | " not in text:
+        return text
+    return f"{text.split(':', 1)[0]}: {text.rsplit(' | ', 1)[-1].strip()}"
+
+
+class Runner:
+    """Launches runs (each a coordinator and participant processes on loopback), `jobs` at a time."""
+
+    def __init__(
+        self, jobs: int, processes: int, timeout: float, report: Callable[[str], None] = print
+    ) -> None:
+        self.jobs, self.processes, self.timeout, self.report = jobs, processes, timeout, report
+        self._lock = threading.Lock()
+        self.launched = 0
+        self.reused = 0
+        self.launch_seconds = 0.0
+        self._active: set[Launch] = set()
+
+    def run(self, run: RunConfig, directory: Path, label: str) -> RunResult:
+        """One run into `directory`; an identical finished run already there is reused, not re-run."""
+        done = _finished(directory, run)
+        if done is not None:
+            with self._lock:
+                self.reused += 1
+            logger.info("%s: reusing the finished run in %s", label, directory)
+            return done
+        directory.mkdir(parents=True, exist_ok=True)
+        _clear(directory)
+        launch_config = LaunchConfig(
+            out=str(directory),
+            processes=min(self.processes, run.participants),
+            metrics_port=-1,
+            linger=0.0,
+            timeout=self.timeout,
+        )
+        launch = Launch(run, launch_config)
+        started = time.time()
+        with self._lock:
+            self._active.add(launch)
+        try:
+            launch.start()
+            code = launch.follow(lambda line: logger.debug("%s: %s", label, line))
+        except RuntimeError as exc:
+            raise StudyError(f"{label}: the run in {directory} did not start: {_last_line(exc)}") from exc
+        finally:
+            launch.stop()
+            with self._lock:
+                self._active.discard(launch)
+        seconds = time.time() - started
+        result = _finished(directory, run)
+        if code != 0 or result is None:
+            raise StudyError(
+                f"{label}: the run in {directory} failed (coordinator exit code {code}); "
+                f"see {directory}/coordinator.log"
+            )
+        result = RunResult(result.directory, result.rounds, result.values, seconds)
+        with self._lock:
+            self.launched += 1
+            self.launch_seconds += seconds
+        self.report(f"  {label}: {seconds:.1f} s, final test accuracy {result.final_accuracy:.4f}")
+        return result
+
+    def run_many(self, items: Sequence[tuple[RunConfig, Path, str]]) -> list[RunResult]:
+        """Several runs, `jobs` at once; results in the order given. The first failure stops the rest."""
+        if not items:
+            return []
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            futures = [pool.submit(self.run, run, directory, label) for run, directory, label in items]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                with self._lock:
+                    active = list(self._active)
+                for launch in active:  # Ctrl-C or a failed run: end the runs still going
+                    launch.stop()
+                raise

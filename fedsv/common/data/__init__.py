@@ -1,0 +1,31 @@
+"""Data sets for fedsv: the embedded MNIST sample, MNIST/Fashion-MNIST IDX files and CIFAR-10 batches."""
+
+from fedsv.common.data.cifar10 import load_cifar10, read_cifar10_batch
+from fedsv.common.data.dataset import ArrayDataset, DatasetSplits
+from fedsv.common.data.embedded import EMBEDDED_SIZE, load_embedded
+from fedsv.common.data.mnist_idx import (
+    IDX_IMAGES_MAGIC,
+    IDX_LABELS_MAGIC,
+    load_mnist_idx,
+    read_idx,
+    read_idx_images,
+    read_idx_labels,
+)
+from fedsv.common.data.registry import DATASET_NAMES, load_dataset
+
+__all__ = [
+    "DATASET_NAMES",
+    "EMBEDDED_SIZE",
+    "IDX_IMAGES_MAGIC",
+    "IDX_LABELS_MAGIC",
+    "ArrayDataset",
+    "DatasetSplits",
+    "load_cifar10",
+    "load_dataset",
+    "load_embedded",
+    "load_mnist_idx",
+    "read_cifar10_batch",
+    "read_idx",
+    "read_idx_images",
+    "read_idx_labels",
+]

@@ -1,1 +1,0 @@
-"""Generated protobuf and gRPC code for the fedsv.v1 wire contract (regenerate with python -m fedsv.protogen)."""

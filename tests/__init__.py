@@ -1,0 +1,1 @@
+"""fedsv's test suite: unit/ (pure logic), runtime/ (real processes and sockets), deploy/ (real tools)."""

@@ -1,0 +1,1 @@
+"""Deployment tests: Docker, Kubernetes manifests, Prometheus and network namespaces, with real tools."""

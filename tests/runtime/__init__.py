@@ -1,0 +1,1 @@
+"""Runtime tests: a real gRPC coordinator and participant processes on loopback sockets."""

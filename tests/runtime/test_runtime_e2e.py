@@ -1,0 +1,159 @@
+"""The distributed runtime end to end: real coordinator and participant processes on loopback sockets."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fedsv.coordinator.ledger import Ledger
+from tests.support.runtime import (
+    SMALL,
+    launch,
+    ledger_digest,
+    participant_argv,
+    rounds_in,
+    start_coordinator,
+    stop,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _launch(out: Path, **overrides: object) -> subprocess.CompletedProcess[str]:
+    return launch(out, {**SMALL, **overrides}, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def exact_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
+    out = tmp_path_factory.mktemp("runs") / "exact"
+    proc = _launch(out, valuation="exact")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    yield out, proc
+
+
+def test_launch_runs_rounds_and_writes_the_run_directory(
+    exact_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, proc = exact_run
+    assert "round   1/2" in proc.stdout and "round   2/2" in proc.stdout
+    assert "fedsv_norm" in proc.stdout and "p00" in proc.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert [r["round"] for r in report["rounds"]] == [1, 2]
+    for entry in report["rounds"]:
+        for key in (
+            "selected",
+            "received",
+            "utility_before",
+            "utility_after",
+            "values",
+            "loo",
+            "valuation_seconds",
+            "utility_evaluations",
+            "bytes_up",
+            "bytes_down",
+        ):
+            assert key in entry
+        assert len(entry["selected"]) == 3 and entry["received"] == entry["selected"]
+        residual = sum(entry["values"].values()) - (entry["utility_after"] - entry["utility_before"])
+        assert abs(residual) < 1e-9
+        assert entry["bytes_ratio_to_minimum"] >= 1.0
+    assert set(report["totals"]) == {"fedsv", "fedsv_normalized", "loo", "loo_normalized"}
+    assert 0.0 < report["final_accuracy"] <= 1.0
+    rows = (out / "values.csv").read_text().strip().splitlines()
+    assert len(rows) - 1 == len(report["totals"]["fedsv"])
+    assert (out / "values.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    again = subprocess.run(
+        [sys.executable, "-m", "fedsv", "report", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(again.stdout)["totals"] == report["totals"]
+
+
+def test_same_seed_gives_identical_ledgers(
+    exact_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    out, _ = exact_run
+    proc = _launch(tmp_path / "again", valuation="exact")
+    assert proc.returncode == 0, proc.stderr
+    assert ledger_digest(out) == ledger_digest(tmp_path / "again")
+
+
+def test_valuation_adds_no_communication(
+    exact_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    out, _ = exact_run
+    proc = _launch(tmp_path / "none", valuation="none")
+    assert proc.returncode == 0, proc.stderr
+    with_valuation = ledger_digest(out)["traffic"]
+    without = ledger_digest(tmp_path / "none")["traffic"]
+    assert with_valuation == without
+    assert with_valuation, "traffic was counted"
+
+
+def test_fixed_selection_replaces_the_seeded_draw(tmp_path: Path) -> None:
+    out = tmp_path / "fixed"
+    proc = _launch(out, selection="1=0,2,5;2=3", valuation="exact")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
+        rounds = ledger.rounds()
+        assert [r.selected for r in rounds] == [["p000", "p002", "p005"], ["p003"]]
+        assert [r.received for r in rounds] == [r.selected for r in rounds]
+        assert {(v.round, v.participant) for v in ledger.values()} == {
+            (1, "p000"),
+            (1, "p002"),
+            (1, "p005"),
+            (2, "p003"),
+        }
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian openmpi-bin) is not installed")
+def test_participants_launched_by_mpirun_take_their_ranks_from_mpi(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    settings = {**SMALL, "participants": 4, "rounds": 1, "valuation": "exact", "metrics_port": -1}
+    coordinator, port, _ = start_coordinator(state, settings)
+    try:
+        mpirun = subprocess.run(
+            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "2",
+             *participant_argv(f"127.0.0.1:{port}", None, 4)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )  # fmt: skip
+        assert mpirun.returncode == 0, mpirun.stdout[-2000:] + mpirun.stderr[-2000:]
+        assert coordinator.wait(timeout=60) == 0
+    finally:
+        stop(coordinator)
+    log = (state / "coordinator.log").read_text()
+    assert all(f"rank {r} joined" in log for r in range(4))
+    assert rounds_in(state) == [1]
+
+
+def test_distributed_run_values_equal_the_in_process_demo(
+    exact_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """The same seed through gRPC and processes gives the values of the same rounds run in one process."""
+    from fedsv.app.demo import DemoConfig, run_demo
+
+    out, _ = exact_run
+    demo = run_demo(DemoConfig(**SMALL, valuation="exact"))  # type: ignore[arg-type]
+    in_process = [
+        (rv.round, p, float(v))
+        for rv in demo.valuation.per_round()
+        for p, v in zip(rv.participants, rv.fedsv, strict=True)
+    ]
+    distributed = [(v[0], v[1], v[2]) for v in ledger_digest(out)["values"]]
+    assert [k[:2] for k in sorted(distributed)] == [k[:2] for k in sorted(in_process)]
+    assert [k[2] for k in sorted(distributed)] == pytest.approx([k[2] for k in sorted(in_process)], abs=1e-12)

@@ -1,0 +1,1 @@
+"""Unit tests: estimators, games, codec, ledger, data, models and the CLI pieces, in one process."""

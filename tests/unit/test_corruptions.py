@@ -1,0 +1,152 @@
+"""Label flipping, the pixel-pattern backdoor, and the corruption spec parser."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor, nn
+
+from fedsv.common.corruptions import (
+    Corruption,
+    PixelBackdoor,
+    backdoor_success_rate,
+    flip_labels,
+    parse_corruption,
+)
+from fedsv.common.data import ArrayDataset
+
+
+def labels(n: int = 1000, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 10, size=n).astype(np.int64)
+
+
+@pytest.mark.parametrize(("ratio", "n"), [(0.0, 1000), (0.1, 1000), (0.25, 999), (1.0, 37), (0.5, 3)])
+def test_flip_exact_count_and_all_changed(ratio: float, n: int) -> None:
+    y = labels(n)
+    flipped = flip_labels(y, ratio, 10, seed=4)
+    changed = flipped != y
+    assert int(changed.sum()) == round(ratio * n)
+    assert flipped.dtype == y.dtype and flipped.min() >= 0 and flipped.max() <= 9
+    assert np.array_equal(y, labels(n))  # input untouched
+
+
+def test_flip_deterministic_and_uniform() -> None:
+    y = labels(20000)
+    a = flip_labels(y, 0.5, 10, seed=1)
+    np.testing.assert_array_equal(a, flip_labels(y, 0.5, 10, seed=1))
+    assert not np.array_equal(a, flip_labels(y, 0.5, 10, seed=2))
+    # Among flipped zeros, each of the 9 other classes appears about equally often.
+    counts = np.bincount(a[(y == 0) & (a != y)], minlength=10)
+    assert counts[0] == 0 and counts[1:].min() > 0.6 * counts[1:].mean()
+
+
+def test_flip_errors() -> None:
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        flip_labels(labels(), 1.5, 10, seed=0)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        flip_labels(labels(), -0.1, 10, seed=0)
+    with pytest.raises(ValueError, match="num_classes >= 2"):
+        flip_labels(np.zeros(10, dtype=np.int64), 0.5, 1, seed=0)
+
+
+def test_stamp_sets_trigger_pixels() -> None:
+    backdoor = PixelBackdoor()
+    pattern = backdoor.pattern()
+    assert pattern.shape == (4, 4) and set(np.unique(pattern)) == {0.0, 1.0}
+    x = np.full((2, 3, 32, 32), 0.5, dtype=np.float32)
+    stamped = backdoor.stamp(x)
+    assert stamped is not x and float(x.max()) == 0.5
+    np.testing.assert_array_equal(stamped[:, :, 27:31, 27:31], np.broadcast_to(pattern, (2, 3, 4, 4)))
+    outside = stamped.copy()
+    outside[:, :, 27:31, 27:31] = 0.5
+    np.testing.assert_array_equal(outside, x)
+    single = backdoor.stamp(torch.full((1, 28, 28), 0.25))
+    assert isinstance(single, Tensor) and single.shape == (1, 28, 28)
+    np.testing.assert_array_equal(single[0, 23:27, 23:27].numpy(), pattern)
+    assert bool(backdoor.is_stamped(single[None])[0]) and not backdoor.is_stamped(x).any()
+    with pytest.raises(ValueError, match="exceeds a 4x4 image"):
+        backdoor.stamp(np.zeros((1, 4, 4), dtype=np.float32))
+
+
+def test_poison_batch_counts() -> None:
+    backdoor = PixelBackdoor(target_label=7)
+    gen = torch.Generator().manual_seed(0)
+    xb = torch.rand(64, 1, 28, 28) * 0.5
+    yb = torch.randint(0, 10, (64,), generator=gen)
+    px, py = backdoor.poison_batch(xb, yb, gen)
+    stamped = backdoor.is_stamped(px)
+    assert int(stamped.sum()) == 20
+    assert bool((py[torch.from_numpy(stamped)] == 7).all())
+    clean = torch.from_numpy(~stamped)
+    assert torch.equal(px[clean], xb[clean]) and torch.equal(py[clean], yb[clean])
+    # Each poisoned image is a triggered copy of the image that was at that position.
+    poisoned = torch.from_numpy(stamped)
+    assert torch.equal(px[poisoned], backdoor.stamp(xb[poisoned]))
+    assert backdoor.is_stamped(xb).sum() == 0  # the input batch is untouched
+    assert [backdoor.poison_count(n) for n in (64, 32, 10, 1, 0)] == [20, 10, 3, 1, 0]
+    assert PixelBackdoor(per_batch=0).poison_count(64) == 0
+
+
+def test_poison_batch_is_seeded() -> None:
+    backdoor = PixelBackdoor()
+    xb, yb = torch.rand(64, 1, 28, 28) * 0.5, torch.zeros(64, dtype=torch.int64) + 3
+    a = backdoor.poison_batch(xb, yb, torch.Generator().manual_seed(1))[0]
+    b = backdoor.poison_batch(xb, yb, torch.Generator().manual_seed(1))[0]
+    c = backdoor.poison_batch(xb, yb, torch.Generator().manual_seed(2))[0]
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+class _TriggerDetector(nn.Module):
+    """Predicts class 0 when the trigger is present, class 1 otherwise."""
+
+    def __init__(self, backdoor: PixelBackdoor) -> None:
+        super().__init__()
+        self.backdoor = backdoor
+        self.dummy = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        hit = torch.from_numpy(self.backdoor.is_stamped(x)).float()
+        return torch.stack([hit, 1 - hit], dim=1) + 0 * self.dummy
+
+
+def test_backdoor_success_rate() -> None:
+    backdoor = PixelBackdoor(target_label=0)
+    x = np.random.default_rng(0).random((50, 1, 28, 28)).astype(np.float32) * 0.5
+    y = np.arange(50) % 5
+    assert backdoor_success_rate(_TriggerDetector(backdoor), x, y, backdoor) == 1.0
+    other = PixelBackdoor(target_label=1)
+    assert backdoor_success_rate(_TriggerDetector(backdoor), torch.from_numpy(x), y, other) == 0.0
+    with pytest.raises(ValueError, match="no test images"):
+        backdoor_success_rate(_TriggerDetector(backdoor), x, np.zeros(50, dtype=np.int64), backdoor)
+
+
+def test_corruption_apply_and_transform() -> None:
+    ds = ArrayDataset(
+        x=np.zeros((200, 1, 8, 8), dtype=np.float32), y=labels(200), num_classes=10, name="t"
+    )
+    assert Corruption().apply_to_dataset(ds, seed=0) is ds and Corruption().is_clean
+    flipped = Corruption(label_flip_ratio=0.2).apply_to_dataset(ds, seed=0)
+    assert int((flipped.y != ds.y).sum()) == 40 and flipped.x is ds.x
+    xb, yb = torch.rand(32, 1, 8, 8) * 0.5, torch.ones(32, dtype=torch.int64)
+    gen = torch.Generator().manual_seed(0)
+    assert Corruption().transform_batch(xb, yb, gen)[0] is xb
+    px, py = Corruption(backdoor=PixelBackdoor(target_label=0)).transform_batch(xb, yb, gen)
+    assert int((py == 0).sum()) == 10 and int(PixelBackdoor().is_stamped(px).sum()) == 10
+
+
+def test_parse_corruption() -> None:
+    assert parse_corruption("none") == Corruption()
+    assert parse_corruption("") == Corruption()
+    assert parse_corruption("flip:0.1") == Corruption(label_flip_ratio=0.1)
+    assert parse_corruption("backdoor") == Corruption(backdoor=PixelBackdoor())
+    assert parse_corruption("backdoor:target=7") == Corruption(backdoor=PixelBackdoor(target_label=7))
+    both = parse_corruption("flip:0.3+backdoor:target=2,per_batch=10")
+    assert both == Corruption(label_flip_ratio=0.3, backdoor=PixelBackdoor(target_label=2, per_batch=10))
+    for spec in ("none", "flip:0.1", "backdoor", "backdoor:target=7", "flip:0.3+backdoor:per_batch=10"):
+        assert parse_corruption(parse_corruption(spec).describe()) == parse_corruption(spec)
+    for bad in ("flip", "flip:x", "flip:1.5", "backdoor:7", "backdoor:color=1", "backdoor:target=a", "noise"):
+        with pytest.raises(ValueError):
+            parse_corruption(bad)
+    with pytest.raises(ValueError, match="per_batch"):
+        parse_corruption("backdoor:per_batch=65")

@@ -1,0 +1,225 @@
+"""The SQLite ledger: round trips, one transaction per round, refusals, read-only readers, SIGKILL safety."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedsv.coordinator.ledger import Checkpoint, Ledger, LedgerError, RoundRecord, TrafficRow, ValueRow
+from tests.support.records import CONFIG, make_record, make_rows
+
+REPO = Path(__file__).resolve().parents[2]
+def commit(ledger: Ledger, n: int, blob: bytes = b"params") -> RoundRecord:
+    record = make_record(n)
+    values, traffic = make_rows(record)
+    ledger.commit_round(
+        record, values, traffic, Checkpoint(n, blob + bytes([n]), json.dumps({"n": n}), {"n": n})
+    )
+    return record
+
+
+def snapshot(ledger: Ledger) -> tuple[Any, ...]:
+    return ledger.rounds(), ledger.values(), ledger.traffic(), ledger.last_checkpoint(), ledger.run_config()
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Any:
+    with Ledger(tmp_path / "ledger.sqlite") as opened:
+        opened.ensure_run("run-1", CONFIG)
+        yield opened
+
+
+def test_round_trip(ledger: Ledger) -> None:
+    assert ledger.last_checkpoint() is None and ledger.rounds() == []
+    records = [commit(ledger, n) for n in (1, 2, 3)]
+    assert ledger.rounds() == records
+    assert ledger.values() == [v for r in records for v in make_rows(r)[0]]
+    assert ledger.traffic() == [t for r in records for t in make_rows(r)[1]]
+    assert ledger.last_checkpoint() == Checkpoint(3, b"params\x03", '{"n": 3}', {"n": 3})  # only the latest
+    assert ledger.run_config() == ("run-1", CONFIG)
+    assert ledger.integrity_ok()
+    assert records[0].physical_minimum_bytes == 400 * 5 and records[0].bytes_ratio_to_minimum == 3000 / 2000
+
+
+def test_nan_floats_of_a_round_survive(ledger: Ledger) -> None:
+    record = make_record(1)
+    record = RoundRecord(**{**record.__dict__, "test_loss": math.nan})
+    ledger.commit_round(record, [], [], Checkpoint(1, b"", "{}", {}))
+    assert math.isnan(ledger.rounds()[0].test_loss)
+
+
+def test_a_round_is_never_recorded_twice(ledger: Ledger) -> None:
+    commit(ledger, 1)
+    commit(ledger, 2)
+    before = snapshot(ledger)
+    with pytest.raises(LedgerError, match="already recorded"):
+        commit(ledger, 2, blob=b"other")
+    with pytest.raises(LedgerError, match="already recorded"):
+        commit(ledger, 1)
+    with pytest.raises(LedgerError, match="does not follow"):
+        commit(ledger, 4)
+    assert snapshot(ledger) == before
+
+
+def test_resume_with_another_config_is_refused(tmp_path: Path, ledger: Ledger) -> None:
+    commit(ledger, 1)
+    ledger.ensure_run("run-1", dict(CONFIG))  # the same run resumes
+    with pytest.raises(
+        LedgerError, match=r"rounds \(10 in the ledger, 20 now\).*seed \(7 in the ledger, 8 now\)"
+    ):
+        ledger.ensure_run("run-2", {**CONFIG, "rounds": 20, "seed": 8})
+    with pytest.raises(LedgerError, match="extra"):
+        ledger.ensure_run("run-1", {**CONFIG, "extra": True})
+    assert ledger.run_config() == ("run-1", CONFIG)
+
+
+def test_wal_journal_and_full_sync(ledger: Ledger) -> None:
+    with sqlite3.connect(ledger.path) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert ledger._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+def test_read_only_reader_sees_commits(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with pytest.raises(LedgerError, match="no ledger"):
+        Ledger(path, read_only=True)
+    path.touch()  # the coordinator created the file but not the schema yet
+    with Ledger(path, read_only=True) as reader:
+        assert reader.rounds() == [] and reader.run_config() is None and reader.integrity_ok()
+        with Ledger(path) as writer:
+            writer.ensure_run("run-1", CONFIG)
+            first = commit(writer, 1)
+            assert reader.rounds() == [first] and reader.run_config() == ("run-1", CONFIG)
+            second = commit(writer, 2)
+            assert reader.rounds() == [first, second] and reader.last_checkpoint().round == 2  # type: ignore[union-attr]
+        with pytest.raises(LedgerError, match="read-only"):
+            commit(reader, 3)
+        with pytest.raises(LedgerError, match="read-only"):
+            reader.ensure_run("run-1", CONFIG)
+        assert reader.integrity_ok()
+
+
+def test_a_failed_commit_leaves_nothing_of_its_round(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    commit(ledger, 1)
+    before = snapshot(ledger)
+    record = make_record(2)
+    values, traffic = make_rows(record)
+    checkpoint = Checkpoint(2, b"p", "{}", {})
+    # a constraint fails inside the transaction, after the round row was inserted
+    with pytest.raises(LedgerError, match="not recorded"):
+        ledger.commit_round(record, [*values, values[0]], traffic, checkpoint)
+    assert snapshot(ledger) == before
+    # malformed rows are refused before anything is written
+    bad = [ValueRow(2, "p000", "high", 0.0, 0.0, 0.0)]  # type: ignore[arg-type]
+    for rows, match in ((bad, "non-numeric"), ([ValueRow(2, "p000", math.nan, 0, 0, 0)], "non-finite"),
+                        ([ValueRow(2, "p002", 0, 0, 0, 0)], "not of a participant received")):  # fmt: skip
+        with pytest.raises(LedgerError, match=match):
+            ledger.commit_round(record, rows, traffic, checkpoint)
+    with pytest.raises(LedgerError, match="checkpoint is of round 1"):
+        ledger.commit_round(record, values, traffic, Checkpoint(1, b"p", "{}", {}))
+    with pytest.raises(LedgerError, match="bad traffic row"):
+        ledger.commit_round(record, values, [TrafficRow(2, "Join", "sideways", 1, 1)], checkpoint)
+
+    # the process "crashes" while writing the checkpoint, the last write of the transaction
+    def boom(*args: object) -> None:
+        raise RuntimeError("crash while writing the checkpoint")
+
+    monkeypatch.setattr(Ledger, "_save_checkpoint", boom)
+    with pytest.raises(RuntimeError, match="crash"):
+        ledger.commit_round(record, values, traffic, checkpoint)
+    assert snapshot(ledger) == before and ledger.integrity_ok()
+    monkeypatch.undo()
+    ledger.commit_round(record, values, traffic, checkpoint)  # the round can then be recorded once
+    assert [r.round for r in ledger.rounds()] == [1, 2] and ledger.integrity_ok()
+
+
+def test_integrity_ok_detects_orphans_and_stale_checkpoint(ledger: Ledger) -> None:
+    commit(ledger, 1)
+    commit(ledger, 2)
+    assert ledger.integrity_ok()
+    with sqlite3.connect(ledger.path) as raw:  # foreign keys are off on this raw connection
+        raw.execute("UPDATE checkpoint SET round = 1")
+    assert not ledger.integrity_ok()
+    with sqlite3.connect(ledger.path) as raw:
+        raw.execute("UPDATE checkpoint SET round = 2")
+        raw.execute("INSERT INTO traffic VALUES (9, 'Join', 'up', 1, 1)")
+    assert not ledger.integrity_ok()
+
+
+def test_foreign_files_are_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as raw:
+        raw.execute("CREATE TABLE t (x)")
+    with pytest.raises(LedgerError, match="not a fedsv ledger"):
+        Ledger(other)
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(LedgerError, match="cannot open"):
+        Ledger(garbage, read_only=True)
+    with Ledger(tmp_path / "l.sqlite"):
+        pass
+    with sqlite3.connect(tmp_path / "l.sqlite") as raw:
+        raw.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(LedgerError, match="schema 99"):
+        Ledger(tmp_path / "l.sqlite")
+
+
+WRITER = """
+import json, os, sys
+sys.path[:0] = [{repo!r}]
+from fedsv.coordinator.ledger import Checkpoint, Ledger
+from tests.support.records import CONFIG, make_record, make_rows
+with Ledger(sys.argv[1]) as ledger:
+    ledger.ensure_run("run-1", CONFIG)
+    checkpoint = ledger.last_checkpoint()
+    n = checkpoint.round if checkpoint else 0
+    print("ready", n, flush=True)
+    blob = os.urandom(256 * 1024)  # a model-sized checkpoint keeps every commit busy writing
+    while True:
+        n += 1
+        record = make_record(n)
+        values, traffic = make_rows(record)
+        ledger.commit_round(record, values, traffic, Checkpoint(n, blob, json.dumps({{"n": n}}), {{"n": n}}))
+"""
+
+
+def test_sigkill_at_random_moments_never_splits_or_repeats_a_round(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    code = WRITER.format(repo=str(REPO))
+    rng = random.Random(20240607)
+    last = 0
+    for _ in range(10):
+        proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        ready = proc.stdout.readline().split()
+        assert ready[0] == "ready" and int(ready[1]) == last  # resumes exactly after the last whole round
+        time.sleep(rng.uniform(0.0, 0.25))
+        assert proc.poll() is None, "the writer died on its own"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        with Ledger(path) as ledger:
+            assert ledger.integrity_ok()
+            rounds = [r.round for r in ledger.rounds()]
+            k = len(rounds)
+            assert rounds == list(range(1, k + 1)) and k >= last
+            checkpoint = ledger.last_checkpoint()
+            assert (checkpoint.round if checkpoint else 0) == k
+            if checkpoint is not None:
+                assert checkpoint.extra == {"n": k} and len(checkpoint.global_params) == 256 * 1024
+            assert [(v.round, v.participant) for v in ledger.values()] == [
+                (n, p) for n in rounds for p in ("p000", "p001")
+            ]
+            assert len(ledger.traffic()) == 2 * k
+        last = k
+    assert last > 0

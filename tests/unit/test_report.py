@@ -1,0 +1,123 @@
+"""`fedsv report` from a hand-built ledger: keys, totals equal FederatedValuation's, files, table, errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedsv.app.report import build_report, format_table, write_outputs
+from fedsv.coordinator.ledger import Checkpoint, Ledger, TrafficRow, ValueRow
+from fedsv.valuation import FederatedValuation, RoundValues
+from tests.support.records import make_record
+
+# round -> (selected, received, fedsv of the received, loo of the received)
+ROUNDS = {
+    1: (["p000", "p001", "p002", "p004"], ["p000", "p001", "p002"], [0.05, 0.02, -0.01], [0.04, 0.01, -0.02]),
+    2: (["p001", "p002", "p003"], ["p001", "p002", "p003"], [0.01, 0.03, 0.0], [0.0, 0.02, 0.0]),
+    3: (["p000", "p003"], ["p000", "p003"], [0.004, 0.006], [0.003, 0.005]),
+}
+# fmt: off
+ROUND_KEYS = {
+    "round", "selected", "received", "stragglers", "utility_before", "utility_after", "test_accuracy",
+    "values", "loo", "method", "valuation_seconds", "utility_evaluations", "bytes_up", "bytes_down",
+    "messages_up", "messages_down", "physical_minimum_bytes", "bytes_ratio_to_minimum",
+    "group_rationality_residual",
+}
+# fmt: on
+CONFIG = {"rounds": 3, "participants": 5, "corrupt": "2=flip:0.5"}
+PARTICIPANTS = ["p000", "p001", "p002", "p003", "p004"]  # p004 was selected once and never delivered
+
+
+def normalized(values: list[float]) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    return v / np.linalg.norm(v)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> tuple[Path, FederatedValuation]:
+    directory = tmp_path / "run"
+    directory.mkdir()
+    expected = FederatedValuation()
+    with Ledger(directory / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-test", CONFIG)
+        for n, (selected, received, fedsv, loo) in ROUNDS.items():
+            base = make_record(n, selected, received)
+            after = base.utility_before + sum(fedsv)
+            record = type(base)(**{**base.__dict__, "utility_after": after})
+            rv = RoundValues(
+                n, received, np.array(fedsv), np.array(loo), base.utility_before, after, "exact", 8, 0.01
+            )
+            expected.add_round(rv)
+            fn, ln = normalized(fedsv), normalized(loo)
+            values = [
+                ValueRow(n, p, fedsv[i], loo[i], float(fn[i]), float(ln[i])) for i, p in enumerate(received)
+            ]
+            traffic = [
+                TrafficRow(n, "SubmitUpdate", "up", record.bytes_up, 3),
+                TrafficRow(n, "Join", "up", 10, 1),
+            ]
+            traffic.append(TrafficRow(n, "Subscribe", "down", record.bytes_down, 4))
+            ledger.commit_round(record, values, traffic, Checkpoint(n, b"w", "{}", {}))
+    return directory, expected
+
+
+def test_report_keys_and_totals(run_dir: tuple[Path, FederatedValuation]) -> None:
+    directory, expected = run_dir
+    report = build_report(directory)
+    json.dumps(report, allow_nan=False)  # plain JSON
+    assert report["run_id"] == "run-test" and report["config"] == CONFIG
+    assert [r["round"] for r in report["rounds"]] == [1, 2, 3]
+    first = report["rounds"][0]
+    assert not ROUND_KEYS - set(first)
+    assert first["stragglers"] == ["p004"] and first["values"] == {"p000": 0.05, "p001": 0.02, "p002": -0.01}
+    assert first["loo"]["p002"] == -0.02
+    assert first["physical_minimum_bytes"] == 400 * (4 + 3)
+    assert first["bytes_ratio_to_minimum"] == pytest.approx(3000 / 2800)
+    totals = expected.totals()
+    assert set(report["totals"]) == {"fedsv", "fedsv_normalized", "loo", "loo_normalized"}
+    for key, per_participant in totals.items():
+        assert report["totals"][key] == pytest.approx(per_participant)
+    assert report["final_accuracy"] == pytest.approx(0.53)
+    assert report["traffic"]["SubmitUpdate"]["up"] == {"bytes": 6000, "messages": 9}
+    assert report["traffic"]["Join"]["up"] == {"bytes": 30, "messages": 3}
+    assert report["traffic"]["Subscribe"]["down"] == {"bytes": 12000, "messages": 12}
+    assert report["summary"]["rounds"] == 3 and report["summary"]["participants"] == PARTICIPANTS
+    assert report["summary"]["corrupted"] == {"p002": "flip:0.5"}
+
+
+def test_write_outputs_and_table(run_dir: tuple[Path, FederatedValuation]) -> None:
+    directory, expected = run_dir
+    outputs = write_outputs(directory)
+    assert set(outputs) == {"report.json", "values.csv", "values.png"}
+    assert all(path.parent == directory and path.is_file() for path in outputs.values())
+    assert outputs["values.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = json.loads(outputs["report.json"].read_text())
+    with outputs["values.csv"].open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(r["participant"] for r in rows) == PARTICIPANTS
+    assert list(rows[0]) == ["participant", "rounds_selected", "fedsv", "fedsv_normalized", "loo",
+                             "loo_normalized", "rank_by_fedsv"]  # fmt: skip
+    fedsv = expected.totals()["fedsv"]
+    best = max(fedsv, key=lambda p: fedsv[p])
+    assert rows[0]["participant"] == best and rows[0]["rank_by_fedsv"] == "1"
+    assert [int(r["rank_by_fedsv"]) for r in rows] == [1, 2, 3, 4, 5]
+    by_id = {r["participant"]: r for r in rows}
+    assert by_id["p004"]["rounds_selected"] == "1" and float(by_id["p004"]["fedsv"]) == 0.0
+    assert float(by_id["p001"]["fedsv"]) == pytest.approx(fedsv["p001"])
+    table = format_table(report)
+    assert all(pid in table for pid in PARTICIPANTS)
+    assert "final test accuracy 0.5300" in table and "3 rounds" in table and "physical minimum" in table
+    assert "fedsv_norm" in table and "p002" in table.split("corrupted: flip:0.5")[0].splitlines()[-1]
+
+
+def test_missing_run_dir_or_ledger_is_a_one_line_value_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist") as missing:
+        build_report(tmp_path / "nowhere")
+    assert "\n" not in str(missing.value)
+    with pytest.raises(ValueError, match=r"no ledger\.sqlite") as no_ledger:
+        write_outputs(tmp_path)
+    assert "\n" not in str(no_ledger.value)

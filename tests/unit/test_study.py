@@ -1,0 +1,226 @@
+"""The study's math (detection curves and areas, summarization dismissal) and its command-line errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedsv.app.cli import main
+from fedsv.app.study.config import StudyConfig, bad_ranks, corrupt_spec
+from fedsv.app.study.detection import (
+    RANDOM_EXPECTED_AREA,
+    curve_area,
+    detection_area,
+    detection_curve,
+    pairwise_auc,
+    random_scores,
+    value_totals,
+)
+from fedsv.app.study.summarization import (
+    Q_VALUES,
+    dismiss_count,
+    is_original,
+    keep_at_random,
+    keep_by_value,
+    replay_schedule,
+    selection_spec,
+)
+from fedsv.coordinator.ledger import ValueRow
+
+# ---------------------------------------------------------------------- detection curves and areas
+
+
+def test_all_bad_ranked_first_has_area_one() -> None:
+    scores = [0.1, 0.2, 0.9, 0.8, 0.7, 0.6]
+    bad = [True, True, False, False, False, False]
+    curve = detection_curve(scores, bad)
+    assert curve.tolist() == [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert detection_area(scores, bad) == pytest.approx(1.0)
+
+
+def test_all_bad_ranked_last_has_area_zero() -> None:
+    scores = [0.9, 0.8, 0.1, 0.2, 0.3, 0.4]
+    bad = [True, True, False, False, False, False]
+    assert detection_curve(scores, bad)[-3:].tolist() == [0.0, 0.5, 1.0]
+    assert detection_area(scores, bad) == pytest.approx(0.0)
+
+
+def test_area_is_the_pairwise_auc_including_ties() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        n = int(rng.integers(3, 15))
+        scores = rng.integers(0, 4, size=n).astype(float)  # many ties
+        bad = np.zeros(n, dtype=bool)
+        bad[rng.choice(n, size=int(rng.integers(1, n)), replace=False)] = True
+        assert detection_area(scores, bad) == pytest.approx(pairwise_auc(scores, bad))
+
+
+def test_random_ranking_expects_one_half() -> None:
+    bad = [True] * 3 + [False] * 5
+    # exactly: the mean over all orderings of 8 participants (8! permutations)
+    areas = [detection_area(np.array(p, dtype=float), bad) for p in itertools.permutations(range(8))]
+    assert np.mean(areas) == pytest.approx(RANDOM_EXPECTED_AREA)
+    # a ranking that cannot tell anyone apart (all tied) sits exactly at the expectation
+    assert detection_area(np.zeros(8), bad) == pytest.approx(0.5)
+    assert detection_curve(np.zeros(8), bad)[4] == pytest.approx(0.5)
+
+
+def test_seeded_random_scores_repeat_and_differ_by_seed() -> None:
+    assert random_scores(20, 3).tolist() == random_scores(20, 3).tolist()
+    assert random_scores(20, 3).tolist() != random_scores(20, 4).tolist()
+    assert sorted(random_scores(20, 3).tolist()) == list(range(20))
+
+
+def test_curve_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="no bad participants"):
+        detection_curve([1.0, 2.0], [False, False])
+    with pytest.raises(ValueError, match="one length"):
+        detection_curve([1.0, 2.0], [True])
+    with pytest.raises(ValueError, match="finite"):
+        detection_curve([1.0, float("nan")], [True, False])
+    with pytest.raises(ValueError, match="bad_count"):
+        curve_area(np.zeros(3), 0)
+
+
+def test_value_totals_sum_rounds_and_leave_unvalued_at_zero() -> None:
+    rows = [
+        ValueRow(1, "p000", 0.2, 0.1, 0.8, 0.7),
+        ValueRow(1, "p002", -0.1, 0.0, -0.4, 0.0),
+        ValueRow(2, "p000", 0.05, 0.02, 0.6, 0.5),
+    ]
+    totals = value_totals(rows, 4)
+    assert totals["fedsv"].tolist() == pytest.approx([0.25, 0.0, -0.1, 0.0])
+    assert totals["loo_normalized"].tolist() == pytest.approx([1.2, 0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="unknown participant"):
+        value_totals([ValueRow(1, "p009", 0, 0, 0, 0)], 4)
+
+
+def test_bad_ranks_are_seeded() -> None:
+    assert bad_ranks(20, 0.2, 5) == bad_ranks(20, 0.2, 5)
+    assert len(bad_ranks(20, 0.3, 1)) == 6
+    assert bad_ranks(20, 0.0, 1) == []
+    assert corrupt_spec([1, 4], "flip:0.3") == "1,4=flip:0.3"
+
+
+# ---------------------------------------------------------------------- summarization dismissal
+
+
+def test_dismiss_count_is_floor_and_keeps_one() -> None:
+    assert [dismiss_count(q, 10) for q in Q_VALUES] == list(range(10))
+    assert [dismiss_count(q, 5) for q in Q_VALUES] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert dismiss_count(0.9, 1) == 0
+    with pytest.raises(ValueError):
+        dismiss_count(1.0, 5)
+
+
+def test_keep_by_value_dismisses_the_lowest_totals() -> None:
+    totals = np.array([0.5, -0.2, 0.1, 0.3, 0.1, 0.0])
+    assert keep_by_value([0, 1, 2, 3, 4], totals, 2) == (0, 3, 4)  # 1 (-0.2), then 2 (tie with 4: lower rank)
+    assert keep_by_value([5, 3], totals, 0) == (3, 5)
+
+
+def test_keep_at_random_is_seeded_and_sized() -> None:
+    kept = keep_at_random([7, 2, 9, 4], 2, np.random.default_rng(0))
+    assert len(kept) == 2 and set(kept) <= {2, 4, 7, 9}
+    assert kept == keep_at_random([7, 2, 9, 4], 2, np.random.default_rng(0))
+
+
+def test_replay_schedule_and_spec() -> None:
+    selection = {1: [0, 1, 2, 3], 2: [1, 3, 4, 5]}
+    totals = {"fedsv": np.array([0.4, 0.1, 0.3, 0.2, 0.0, 0.5]), "loo": np.zeros(6)}
+    schedule = replay_schedule(selection, "fedsv", 0.5, totals, seed=0)
+    assert schedule == {1: (0, 2), 2: (3, 5)}
+    assert selection_spec(schedule) == "1=0,2;2=3,5"
+    assert is_original(replay_schedule(selection, "loo", 0.0, totals, seed=0), selection)
+    assert not is_original(schedule, selection)
+    draws = [replay_schedule(selection, "random", 0.5, totals, seed=0, draw=d) for d in range(3)]
+    assert draws[0] == replay_schedule(selection, "random", 0.5, totals, seed=0, draw=0)
+    assert all(len(kept) == 2 for d in draws for kept in d.values())
+    with pytest.raises(ValueError, match="unknown summarization method"):
+        replay_schedule(selection, "best", 0.5, totals, seed=0)
+
+
+# ---------------------------------------------------------------------- config and command line
+
+
+def test_quick_and_study_defaults() -> None:
+    noisy = StudyConfig(quick=True).resolved("noisy")
+    assert (noisy.participants, noisy.seeds, noisy.bad_fraction, noisy.flip_ratio) == (20, 2, 0.2, 0.3)
+    backdoor = StudyConfig().resolved("backdoor")
+    assert (backdoor.seeds, backdoor.bad_fraction) == (3, 0.3)
+    assert StudyConfig(dataset="cifar10", data_dir="x").resolved("noisy").flip_ratio == 0.03
+    assert StudyConfig(quick=True, seeds=5).resolved("noisy").seeds == 5
+    settings = StudyConfig(partition="noniid").resolved("noisy").settings()
+    assert settings == [("noniid", "mlp"), ("noniid", "cnn")]
+    assert StudyConfig().resolved("summarize").settings() == [("iid", "mlp"), ("noniid", "mlp")]
+    with pytest.raises(ValueError, match="resolved"):
+        StudyConfig().settings()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["noisy", "--partition", "sorted"], "partition must be a comma list"),
+        (["noisy", "--model", "resnet"], "model must be a comma list"),
+        (["backdoor", "--backdoor", "flip:0.1"], "backdoor must be a backdoor spec"),
+        (["noisy", "--fraction", "0"], "fraction must be in (0, 1]"),
+        (["noisy", "--valuation", "none"], "valuation none gives no values"),
+        (["noisy", "--bad-fraction", "1.5"], "bad_fraction must lie in [0, 1)"),
+    ],
+)
+def test_bad_input_is_one_line_error(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main(["study", *flags, "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("fedsv study: error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_config_file_with_unknown_key_is_one_line_error(tmp_path: Path) -> None:
+    config = tmp_path / "study.json"
+    config.write_text(json.dumps({"participants": 20, "colour": "blue"}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedsv", "study", "noisy", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "unknown config keys ['colour']" in proc.stderr
+
+
+def test_missing_data_files_are_one_line_error_before_any_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "s"
+    code = main(
+        ["study", "noisy", "--dataset", "mnist", "--data-dir", str(tmp_path / "none"), "--out", str(out)]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "fedsv study: error: data directory" in err and "does not exist" in err
+    assert not (out / "runs").exists()
+
+
+def test_unknown_study_is_rejected_by_argparse(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["study", "poison"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'poison'" in capsys.readouterr().err
+
+
+def test_experiment_configs_are_valid_study_configs() -> None:
+    configs = sorted(Path(__file__).resolve().parents[2].glob("experiments/*.json"))
+    assert configs, "experiments/ holds the paper-scale configs"
+    for path in configs:
+        data = json.loads(path.read_text())
+        StudyConfig(**data)
