@@ -24,6 +24,7 @@ from fedsv.common.partition import partition_indices
 from fedsv.common.training import TrainConfig, apply_delta, fedavg, local_update, params_of
 from fedsv.valuation import RoundGame, plan, shapley_values
 from fedsv.valuation.result import ValuationResult
+from fedsv.valuation.spec import ValuationSpec
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ def run_exact_case(case: ExactCase, repeats: int, failures: list[str]) -> tuple[
         for mode in case.modes:
             game = case.rnd.game(mode, case.num_val, case.m)
             assert game.mode == mode, f"{case.label}: mode {mode} fell back to {game.mode}"
-            elapsed, result = timed(partial(shapley_values, game, method="exact"))
+            elapsed, result = timed(partial(shapley_values, game, spec=ValuationSpec(method="exact")))
             seconds[mode].append(elapsed)
             values[mode].append(result.values)
             evaluations[mode] = game.evaluations
@@ -238,7 +239,8 @@ def choose_eps(
     """The smallest eps (eps itself, then the ladder) whose planned evaluations fit the cell's time budget."""
     fixed, per_coalition = cost
     for candidate in (eps, *(e for e in EPS_LADDER if e > eps)):
-        if (fixed + plan(m, candidate, delta)[method] * per_coalition) * repeats <= budget_s:
+        planned = plan(m, ValuationSpec(eps=candidate, delta=delta))[method]
+        if (fixed + planned * per_coalition) * repeats <= budget_s:
             return candidate
     return EPS_LADDER[-1]
 
@@ -256,12 +258,12 @@ def run_sampling(
         cost = probe_cost(rnd)
         for method in ("permutation", "group_testing"):
             cell_eps = choose_eps(method, m, eps, delta, cost, budget_s, repeats)
-            planned = plan(m, cell_eps, delta)
+            planned = plan(m, ValuationSpec(eps=cell_eps, delta=delta))
             seconds, evaluations, errors = [], [], []
             for repeat in range(repeats):
                 game = rnd.game("fast")
                 elapsed, result = timed(
-                    partial(shapley_values, game, method=method, eps=cell_eps, delta=delta, seed=repeat)
+                    partial(shapley_values, game, spec=ValuationSpec(method, cell_eps, delta, seed=repeat))
                 )
                 seconds.append(elapsed)
                 evaluations.append(result.evaluations)
@@ -360,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if case.label == "MLP":
             exact_mlp = reference
         print(f"  {case.label}: done", flush=True)
-    print("\nPart A - exact FedSV of one round (all 2^m coalitions via shapley_values(method='exact'))\n")
+    print("\nPart A - exact FedSV of one round (all 2^m coalitions, ValuationSpec(method='exact'))\n")
     print_table(
         ["model", "val n", "m", "mode", "median s", "evaluations", "ms/coalition", "vs naive", "max abs dv"],
         rows,

@@ -7,7 +7,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fedsv.common.corruptions import parse_corruption
+from fedsv.common.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES, MIN_CHUNK_BYTES
 from fedsv.common.ranks import parse_ranks
+from fedsv.valuation import ValuationSpec
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +93,14 @@ class RunConfig:
             raise ValueError(f"selection must name every round; missing {missing}")
         return out
 
+    def valuation_spec(self, round_number: int) -> ValuationSpec | None:
+        """How round `round_number` is valued (seeded per round); None when valuation is off."""
+        if self.valuation == "none":
+            return None
+        return ValuationSpec(
+            method=self.valuation, eps=self.eps, delta=self.delta, seed=self.seed + round_number
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -112,8 +122,12 @@ class ServerConfig:
     quorum: float = field(default=0.5, metadata={"help": "fraction of the selected that must report"})
     quorum_wait: float = field(default=300.0, metadata={"help": "extra seconds to wait for a quorum"})
     join_timeout: float = field(default=600.0, metadata={"help": "seconds to wait for all participants"})
-    max_chunk_bytes: int = field(default=1 << 20, metadata={"help": "largest accepted chunk"})
-    max_update_bytes: int = field(default=1 << 30, metadata={"help": "largest accepted update stream"})
+    max_chunk_bytes: int = field(
+        default=DEFAULT_CHUNK_BYTES, metadata={"help": "largest chunk accepted, and the model's chunk size"}
+    )
+    max_update_bytes: int = field(
+        default=MAX_TENSOR_SET_BYTES, metadata={"help": "largest accepted update stream"}
+    )
     credential: str = field(default="", metadata={"help": "shared join credential participants must present"})
     tls_dir: str = field(
         default="",
@@ -146,8 +160,11 @@ class ServerConfig:
             raise ValueError(f"quorum must be in (0, 1], got {self.quorum}")
         if self.round_timeout <= 0:
             raise ValueError(f"round_timeout must be positive, got {self.round_timeout}")
-        if self.max_chunk_bytes < 1024 or self.max_chunk_bytes > (4 << 20) - 4096:
-            raise ValueError("max_chunk_bytes must be between 1 KiB and just under the 4 MiB gRPC limit")
+        if not MIN_CHUNK_BYTES <= self.max_chunk_bytes <= MAX_CHUNK_BYTES:
+            raise ValueError(
+                f"max_chunk_bytes must be between {MIN_CHUNK_BYTES} and {MAX_CHUNK_BYTES} "
+                "(just under the 4 MiB gRPC message limit)"
+            )
         if self.max_tensors < 1 or self.max_streams_per_participant < 1:
             raise ValueError("max_tensors and max_streams_per_participant must be at least 1")
         if self.tls_dir and self.insecure:

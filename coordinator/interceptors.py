@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 import grpc
 
 from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.status_codes import status_of
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class MalformedRequests(grpc.ServerInterceptor):
     def _refuse(self, context: grpc.ServicerContext, request: Malformed) -> NoReturn:
         self.metrics.reject("malformed")
         logger.info("rejected (malformed): %s", request.error)
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a valid protobuf message: {request.error}")
+        context.abort(status_of("malformed"), f"not a valid protobuf message: {request.error}")
         raise AssertionError("unreachable")  # context.abort raises
 
     def _checked(self, requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:

@@ -50,6 +50,7 @@ _SCHEMA = [
     "CREATE TABLE traffic (round INTEGER NOT NULL REFERENCES rounds(round), rpc TEXT NOT NULL, "
     "direction TEXT NOT NULL CHECK (direction IN ('up', 'down')), bytes INTEGER NOT NULL, "
     f"messages INTEGER NOT NULL, PRIMARY KEY (round, rpc, direction)){_STRICT}",
+    # `extra` is unused: it stays, always '{}', so files of schema version 1 keep one layout.
     "CREATE TABLE checkpoint (id INTEGER PRIMARY KEY CHECK (id = 1), round INTEGER NOT NULL REFERENCES "
     f"rounds(round), global_params BLOB NOT NULL, rng_state TEXT NOT NULL, extra TEXT NOT NULL){_STRICT}",
 ]
@@ -194,10 +195,6 @@ class Ledger:
         """
         self._writable()
         _check_commit(record, values, traffic, checkpoint)
-        try:
-            extra = json.dumps(checkpoint.extra, sort_keys=True)
-        except (TypeError, ValueError) as exc:
-            raise LedgerError(f"round {record.round}: checkpoint extra is not JSON: {exc}") from exc
         row = [
             json.dumps(v) if isinstance(v, list) else None if isinstance(v, float) and math.isnan(v) else v
             for v in (getattr(record, n) for n, _ in _ROUND_FIELDS)
@@ -216,16 +213,16 @@ class Ledger:
                 conn.executemany(
                     "INSERT INTO traffic VALUES (?, ?, ?, ?, ?)", map(dataclasses.astuple, traffic)
                 )
-                self._save_checkpoint(conn, checkpoint, extra)
+                self._save_checkpoint(conn, checkpoint)
         except sqlite3.Error as exc:
             raise LedgerError(f"round {record.round} not recorded: {exc}") from exc
         logger.debug("ledger %s: committed round %d", self.path, record.round)
 
-    def _save_checkpoint(self, conn: sqlite3.Connection, checkpoint: Checkpoint, extra: str) -> None:
+    def _save_checkpoint(self, conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
         """Replace the one checkpoint row: the last write of a round's transaction."""
         conn.execute(
-            "INSERT OR REPLACE INTO checkpoint VALUES (1, ?, ?, ?, ?)",
-            (checkpoint.round, checkpoint.global_params, checkpoint.rng_state, extra),
+            "INSERT OR REPLACE INTO checkpoint VALUES (1, ?, ?, ?, '{}')",
+            (checkpoint.round, checkpoint.global_params, checkpoint.rng_state),
         )
 
     def _query(self, sql: str) -> list[tuple[Any, ...]]:
@@ -237,8 +234,8 @@ class Ledger:
             return conn.execute(sql).fetchall()
 
     def last_checkpoint(self) -> Checkpoint | None:
-        rows = self._query("SELECT round, global_params, rng_state, extra FROM checkpoint WHERE id = 1")
-        return Checkpoint(rows[0][0], bytes(rows[0][1]), rows[0][2], json.loads(rows[0][3])) if rows else None
+        rows = self._query("SELECT round, global_params, rng_state FROM checkpoint WHERE id = 1")
+        return Checkpoint(rows[0][0], bytes(rows[0][1]), rows[0][2]) if rows else None
 
     def rounds(self) -> list[RoundRecord]:
         out = []

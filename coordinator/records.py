@@ -1,10 +1,14 @@
-"""What the ledger records: a round, its per-participant values, its traffic, the checkpoint."""
+"""What the ledger records (a round, its values, its traffic, the checkpoint) and its valuation view."""
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+import numpy as np
+
+from fedsv.valuation import FederatedValuation, RoundValues
+from fedsv.valuation.rounds import normalized
 
 
 @dataclass(frozen=True)
@@ -78,4 +82,52 @@ class Checkpoint:
     round: int
     global_params: bytes
     rng_state: str
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def value_rows(values: RoundValues) -> list[ValueRow]:
+    """A round's values as ledger rows, with each vector's normalized form; none when valuation is off."""
+    if values.method == "none":
+        return []
+    fedsv_norm, loo_norm = normalized(values.fedsv), normalized(values.loo)
+    return [
+        ValueRow(
+            values.round,
+            pid,
+            float(values.fedsv[i]),
+            float(values.loo[i]),
+            float(fedsv_norm[i]),
+            float(loo_norm[i]),
+        )
+        for i, pid in enumerate(values.participants)
+    ]
+
+
+def federated_valuation(records: Sequence[RoundRecord], rows: Sequence[ValueRow]) -> FederatedValuation:
+    """The per-round values the ledger holds, back as valuation's accounting (rounds valued "none": none).
+
+    A value row of a round the ledger has no record of is refused (ValueError): the two tables are
+    written in one transaction, so such a row means the file was altered.
+    """
+    record_of = {record.round: record for record in records}
+    by_round: dict[int, list[ValueRow]] = {}
+    for row in rows:
+        by_round.setdefault(row.round, []).append(row)
+    accounting = FederatedValuation()
+    for number, round_rows in sorted(by_round.items()):
+        record = record_of.get(number)
+        if record is None:
+            raise ValueError(f"the ledger holds values of round {number} but no record of that round")
+        accounting.add_round(
+            RoundValues(
+                round=number,
+                participants=[r.participant for r in round_rows],
+                fedsv=np.array([r.fedsv for r in round_rows], dtype=np.float64),
+                loo=np.array([r.loo for r in round_rows], dtype=np.float64),
+                utility_before=record.utility_before,
+                utility_after=record.utility_after,
+                method=record.method,
+                evaluations=record.evaluations,
+                seconds=record.valuation_seconds,
+            )
+        )
+    return accounting

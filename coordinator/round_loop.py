@@ -15,21 +15,16 @@ from torch import Tensor
 from fedsv.common.data import load_dataset
 from fedsv.common.models import build_model
 from fedsv.common.ranks import participant_id
-from fedsv.common.training import apply_delta, evaluate, fedavg, params_of
+from fedsv.common.round_step import EvalSet, RoundOutcome, select_ranks, step_round, train_seed
+from fedsv.common.training import evaluate, params_of
 from fedsv.common.wire import encode_tensor_set
 from fedsv.coordinator.config import RunConfig, ServerConfig
-from fedsv.coordinator.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow, ValueRow
+from fedsv.coordinator.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow
 from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.records import federated_valuation, value_rows
 from fedsv.coordinator.run_state import OpenRound, RunState
-from fedsv.valuation import FederatedValuation, RoundGame, RoundValues
-from fedsv.valuation.rounds import normalized
 
 logger = logging.getLogger(__name__)
-
-
-def train_seed(seed: int, round_number: int, rank: int) -> int:
-    """The seed of a rank's local training in a round (sent with the task)."""
-    return seed * 1_000_003 + round_number * 1009 + rank
 
 
 def params_to_bytes(params: dict[str, Tensor]) -> bytes:
@@ -75,12 +70,13 @@ class RoundLoop:
         splits = load_dataset(
             run.dataset, run.data_dir or None, seed=run.seed, validation_size=run.validation_size
         )
-        self.validation, self.test = splits.validation, splits.test
+        self.validation = EvalSet(splits.validation.x, splits.validation.y)
+        self.test = EvalSet(splits.test.x, splits.test.y)
         self.model = build_model(run.model, splits.input_shape, splits.num_classes, seed=run.seed)
         self.params = params_of(self.model)
         self.rng = np.random.default_rng(run.seed)
         self.schedule = run.schedule()
-        self.accounting = FederatedValuation()
+        self.accounting = federated_valuation([], [])
         self.completed = 0
         self._resume()
 
@@ -92,26 +88,9 @@ class RoundLoop:
         self.params = params_from_bytes(checkpoint.global_params)
         self.rng.bit_generator.state = json.loads(checkpoint.rng_state)
         self.completed = checkpoint.round
-        records = {r.round: r for r in self.ledger.rounds()}
-        by_round: dict[int, list[ValueRow]] = {}
-        for row in self.ledger.values():
-            by_round.setdefault(row.round, []).append(row)
-        for number, rows in sorted(by_round.items()):
-            record = records[number]
-            self.accounting.add_round(
-                RoundValues(
-                    round=number,
-                    participants=[r.participant for r in rows],
-                    fedsv=np.array([r.fedsv for r in rows]),
-                    loo=np.array([r.loo for r in rows]),
-                    utility_before=record.utility_before,
-                    utility_after=record.utility_after,
-                    method=record.method,
-                    evaluations=record.evaluations,
-                    seconds=record.valuation_seconds,
-                )
-            )
-        self.metrics.restore(list(records.values()), self.accounting.totals())
+        records = self.ledger.rounds()
+        self.accounting = federated_valuation(records, self.ledger.values())
+        self.metrics.restore(records, self.accounting.totals())
         logger.info("resumed after round %d from the ledger's checkpoint", self.completed)
 
     # ------------------------------------------------------------------ loop
@@ -135,36 +114,19 @@ class RoundLoop:
 
     def _wait_for_participants(self) -> bool:
         deadline = time.time() + self.server_config.join_timeout
-        with self.state.cond:
-            while self.state.connected() < self.run_config.participants:
-                if self.stop_event.is_set() or time.time() > deadline:
-                    return False
-                self.state.cond.wait(timeout=0.5)
-        return True
+        return self.state.wait_for_participants(self.run_config.participants, deadline, self.stop_event)
 
     def _select(self, number: int) -> list[str]:
         """The seeded draw of m participants, or the round's entry of a fixed `selection`."""
         run = self.run_config
-        ranks = sorted(
-            int(r) for r in self.rng.choice(run.participants, size=run.selected_per_round, replace=False)
-        )
-        fixed = self.schedule.get(number)
-        return [participant_id(r) for r in (fixed if fixed is not None else ranks)]
+        ranks = select_ranks(self.rng, run.participants, run.selected_per_round, self.schedule.get(number))
+        return [participant_id(r) for r in ranks]
 
     def _collect(self, opened: OpenRound) -> bool:
         """Wait until all selected reported or the deadline passed; then until a quorum, if short of one."""
         need = max(1, int(np.ceil(self.server_config.quorum * len(opened.selected))))
         hard_deadline = opened.deadline + self.server_config.quorum_wait
-        with self.state.cond:
-            while not self.stop_event.is_set():
-                got = len(opened.received)
-                now = time.time()
-                if got == len(opened.selected) or (now > opened.deadline and got >= need):
-                    return True
-                if now > hard_deadline:
-                    return False
-                self.state.cond.wait(timeout=0.2)
-        return False
+        return self.state.wait_for_updates(opened, need, hard_deadline, self.stop_event)
 
     def _round(self, number: int) -> str:
         run = self.run_config
@@ -183,44 +145,27 @@ class RoundLoop:
             return "stopped" if self.stop_event.is_set() else f"stopped: no quorum in round {number}"
         closed = self.state.close_round()
         clock.lap("train_wait")
-        received = sorted(closed.received)
-        deltas = [closed.received[p][0] for p in received]
-        counts = [closed.received[p][1] for p in received]
-        new_params = apply_delta(self.params, fedavg(deltas, counts))
-        clock.lap("aggregation")
-        values = self._value(number, received, deltas, counts, new_params)
-        clock.lap("valuation")
-        accuracy, loss = evaluate(self.model, new_params, self.test.x, self.test.y)
+        outcome = step_round(
+            self.model,
+            self.params,
+            list(closed.received.values()),
+            self.validation,
+            number,
+            run.valuation_spec(number),
+            self.accounting,
+        )
+        clock.lap("aggregation_and_valuation")  # split by the outcome's own timings
+        accuracy, loss = evaluate(self.model, outcome.params, self.test.x, self.test.y)
         clock.lap("evaluation")
-        self._record(closed, values, new_params, accuracy, loss, header.total_bytes, clock)
-        self.params = new_params
+        self._record(closed, outcome, accuracy, loss, header.total_bytes, clock)
+        self.params = outcome.params
         self.completed = number
         return ""
-
-    def _value(
-        self,
-        number: int,
-        ids: list[str],
-        deltas: list[dict[str, Tensor]],
-        counts: list[int],
-        new_params: dict[str, Tensor],
-    ) -> RoundValues:
-        run = self.run_config
-        if run.valuation == "none":
-            before, _ = evaluate(self.model, self.params, self.validation.x, self.validation.y)
-            after, _ = evaluate(self.model, new_params, self.validation.x, self.validation.y)
-            zeros = np.zeros(len(ids))
-            return RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
-        game = RoundGame(self.model, self.params, deltas, counts, self.validation.x, self.validation.y)
-        return self.accounting.value_round(
-            game, ids, number, method=run.valuation, eps=run.eps, delta=run.delta, seed=run.seed + number
-        )
 
     def _record(
         self,
         closed: OpenRound,
-        values: RoundValues,
-        new_params: dict[str, Tensor],
+        outcome: RoundOutcome,
         accuracy: float,
         loss: float,
         model_bytes: int,
@@ -232,22 +177,7 @@ class RoundLoop:
         traffic_rows = [TrafficRow(number, rpc, d, b, m) for (rpc, d), (b, m) in sorted(traffic.items())]
         up = [(b, m) for (_, d), (b, m) in traffic.items() if d == "up"]
         down = [(b, m) for (_, d), (b, m) in traffic.items() if d == "down"]
-        fedsv_norm, loo_norm = normalized(values.fedsv), normalized(values.loo)
-        value_rows = (
-            [
-                ValueRow(
-                    number,
-                    pid,
-                    float(values.fedsv[i]),
-                    float(values.loo[i]),
-                    float(fedsv_norm[i]),
-                    float(loo_norm[i]),
-                )
-                for i, pid in enumerate(values.participants)
-            ]
-            if values.method != "none"
-            else []
-        )
+        values = outcome.values
         finished = time.time()
         record = RoundRecord(
             round=number,
@@ -260,10 +190,10 @@ class RoundLoop:
             test_loss=loss,
             method=values.method,
             evaluations=values.evaluations,
-            valuation_seconds=clock.phases["valuation"],
+            valuation_seconds=outcome.valuation_seconds,
             round_seconds=finished - clock.started,
             train_wait_seconds=clock.phases["train_wait"],
-            aggregation_seconds=clock.phases["aggregation"],
+            aggregation_seconds=outcome.aggregation_seconds,
             evaluation_seconds=clock.phases["evaluation"],
             bytes_up=sum(b for b, _ in up),
             bytes_down=sum(b for b, _ in down),
@@ -273,12 +203,12 @@ class RoundLoop:
             group_rationality_residual=values.group_rationality_residual,
             started_at=clock.started,
             finished_at=finished,
-            local_train_seconds=max((r[2] for r in closed.received.values()), default=0.0),
+            local_train_seconds=max((u.train_seconds for u in closed.received.values()), default=0.0),
         )
         checkpoint = Checkpoint(
-            number, params_to_bytes(new_params), json.dumps(self.rng.bit_generator.state), {}
+            number, params_to_bytes(outcome.params), json.dumps(self.rng.bit_generator.state)
         )
-        self.ledger.commit_round(record, value_rows, traffic_rows, checkpoint)
+        self.ledger.commit_round(record, value_rows(values), traffic_rows, checkpoint)
         self.metrics.observe_round(record, self.accounting.totals())
         logger.info(
             "round %d done: received %d/%d, accuracy %.4f, valuation %s %.2fs",

@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from fedsv.common.ranks import participant_id
+from fedsv.common.round_step import ClientUpdate
 
 logger = logging.getLogger(__name__)
 
 
 class Rejected(Exception):
-    """An RPC the coordinator refuses; `reason` labels the metric, `code` names the gRPC status."""
+    """An RPC the coordinator refuses; `reason` labels the metric and picks the gRPC status code."""
 
-    def __init__(self, reason: str, code: str, message: str) -> None:
+    def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
-        self.code = code
 
 
 @dataclass
@@ -34,6 +34,13 @@ class ParticipantInfo:
     token: str
     host: str = ""
     joined_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class ReceivedUpdate(ClientUpdate):
+    """An update the servicer accepted: the participant's delta and count, and its own training time."""
+
+    train_seconds: float = 0.0
 
 
 @dataclass
@@ -46,7 +53,7 @@ class OpenRound:
     task_header: object  # fedsv_pb2.TensorSetHeader of the global model
     task_payloads: Iterable[bytes]  # fedsv.common.wire.ChunkPayloads: re-iterable, shared by all streams
     train_seeds: dict[str, int]
-    received: dict[str, tuple[dict[str, Tensor], int, float]] = field(default_factory=dict)
+    received: dict[str, ReceivedUpdate] = field(default_factory=dict)
     closed: bool = False
 
 
@@ -96,23 +103,20 @@ class RunState:
         self, rank: int, world_size: int, credential: str, host: str, token: str = "", peer: str | None = None
     ) -> ParticipantInfo:
         if self.credential and not same_secret(credential, self.credential):
-            raise Rejected("bad_credential", "UNAUTHENTICATED", "join credential is wrong")
+            raise Rejected("bad_credential", "join credential is wrong")
         if world_size != self.world_size:
             raise Rejected(
                 "wrong_world_size",
-                "FAILED_PRECONDITION",
                 f"this run has world size {self.world_size}, the participant says {world_size}",
             )
         if not 0 <= rank < self.world_size:
-            raise Rejected("bad_rank", "INVALID_ARGUMENT", f"rank {rank} outside 0..{self.world_size - 1}")
+            raise Rejected("bad_rank", f"rank {rank} outside 0..{self.world_size - 1}")
         pid = participant_id(rank)
         self.check_peer(pid, peer)
         if self.tokens:
             expected = self.tokens.get(pid)
             if expected is None or not same_secret(token, expected):
-                raise Rejected(
-                    "bad_participant_token", "UNAUTHENTICATED", f"participant token of {pid} is wrong"
-                )
+                raise Rejected("bad_participant_token", f"participant token of {pid} is wrong")
         with self.cond:
             # A rejoin (reconnect) replaces the session token: only the rank's owner gets this far.
             info = ParticipantInfo(pid, rank, secrets.token_hex(16), host)
@@ -124,21 +128,19 @@ class RunState:
         """Raise Rejected unless the caller's certificate (if any, and it must exist under mTLS) is pid's."""
         if peer is None:
             if self.require_peer:
-                raise Rejected("no_certificate", "UNAUTHENTICATED", "this run requires a client certificate")
+                raise Rejected("no_certificate", "this run requires a client certificate")
             return
         if peer != pid:
-            raise Rejected(
-                "wrong_identity", "PERMISSION_DENIED", f"the certificate of {peer!r} cannot act as {pid}"
-            )
+            raise Rejected("wrong_identity", f"the certificate of {peer!r} cannot act as {pid}")
 
     def authenticate(self, pid: str, token: str, peer: str | None = None) -> ParticipantInfo:
         self.check_peer(pid, peer)
         with self.cond:
             info = self.participants.get(pid)
         if info is None:
-            raise Rejected("unknown_participant", "NOT_FOUND", f"participant {pid!r} has not joined this run")
+            raise Rejected("unknown_participant", f"participant {pid!r} has not joined this run")
         if not same_secret(token, info.token):
-            raise Rejected("bad_token", "UNAUTHENTICATED", f"session token of {pid} is not valid")
+            raise Rejected("bad_token", f"session token of {pid} is not valid")
         return info
 
     def joined(self) -> int:
@@ -157,7 +159,6 @@ class RunState:
             if self.open_calls[key] >= self.max_streams:
                 raise Rejected(
                     "too_many_streams",
-                    "RESOURCE_EXHAUSTED",
                     f"{info.participant_id} already has {self.open_calls[key]} {rpc} calls open",
                 )
             self.open_calls[key] += 1
@@ -245,27 +246,22 @@ class RunState:
                 open_round = "none" if current is None else str(current.round)
                 raise Rejected(
                     "wrong_round",
-                    "FAILED_PRECONDITION",
                     f"update for round {round_number}, but the open round is {open_round}",
                 )
             if current.closed:
-                raise Rejected("round_closed", "FAILED_PRECONDITION", f"round {round_number} is closed")
+                raise Rejected("round_closed", f"round {round_number} is closed")
             if info.participant_id not in current.selected:
                 raise Rejected(
                     "not_selected",
-                    "PERMISSION_DENIED",
                     f"{info.participant_id} is not selected in round {round_number}",
                 )
             if info.participant_id in current.received:
                 raise Rejected(
                     "duplicate",
-                    "ALREADY_EXISTS",
                     f"{info.participant_id} already submitted for round {round_number}",
                 )
             if num_samples <= 0:
-                raise Rejected(
-                    "bad_header", "INVALID_ARGUMENT", f"num_samples must be positive, got {num_samples}"
-                )
+                raise Rejected("bad_header", f"num_samples must be positive, got {num_samples}")
             return current
 
     def accept_update(
@@ -281,11 +277,39 @@ class RunState:
             # once the round is closed, check_update rejects it.
             current = self.check_update(info, round_number, num_samples)
             if not math.isfinite(seconds) or seconds < 0:
-                raise Rejected(
-                    "bad_header", "INVALID_ARGUMENT", f"train_seconds must be finite and >= 0, got {seconds}"
-                )
-            current.received[info.participant_id] = (delta, num_samples, seconds)
+                raise Rejected("bad_header", f"train_seconds must be finite and >= 0, got {seconds}")
+            current.received[info.participant_id] = ReceivedUpdate(
+                info.participant_id, delta, num_samples, seconds
+            )
             self.cond.notify_all()
+
+    # ------------------------------------------------------------------ waiting (the round loop)
+    def wait_for_participants(self, count: int, deadline: float, stop: threading.Event) -> bool:
+        """Block until `count` participants have an open task stream; False at `deadline` or on `stop`."""
+        with self.cond:
+            while self.connected() < count:
+                if stop.is_set() or time.time() > deadline:
+                    return False
+                self.cond.wait(timeout=0.5)
+        return True
+
+    def wait_for_updates(
+        self, opened: OpenRound, need: int, hard_deadline: float, stop: threading.Event
+    ) -> bool:
+        """Block until every selected participant reported, or the round's deadline passed with `need`.
+
+        False when `hard_deadline` passes short of `need` updates, or on `stop`.
+        """
+        with self.cond:
+            while not stop.is_set():
+                got = len(opened.received)
+                now = time.time()
+                if got == len(opened.selected) or (now > opened.deadline and got >= need):
+                    return True
+                if now > hard_deadline:
+                    return False
+                self.cond.wait(timeout=0.2)
+        return False
 
     # ------------------------------------------------------------------ traffic
     def count(self, round_number: int, rpc: str, direction: str, nbytes: int, messages: int = 1) -> None:

@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from fedsv.common.certs import read_tokens
+from fedsv.common.limits import GRPC_MESSAGE_BYTES
 from fedsv.common.tls import server_credentials
 from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.common.wire import spec_of
@@ -33,7 +34,6 @@ from fedsv.coordinator.servicer import CoordinatorServicer
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = "fedsv.v1.Coordinator"
-MESSAGE_LIMIT = 8 << 20
 
 
 def run_id_of(run: RunConfig) -> str:
@@ -113,8 +113,8 @@ class Coordinator:
             maximum_concurrent_rpcs=workers,  # beyond: RESOURCE_EXHAUSTED instead of an endless queue
             interceptors=[MalformedRequests(self.metrics)],  # undecodable requests: INVALID_ARGUMENT
             options=[
-                ("grpc.max_receive_message_length", MESSAGE_LIMIT),
-                ("grpc.max_send_message_length", MESSAGE_LIMIT),
+                ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES),
                 ("grpc.keepalive_time_ms", 20_000),
                 ("grpc.keepalive_timeout_ms", 10_000),
                 ("grpc.http2.min_ping_interval_without_data_ms", 5_000),

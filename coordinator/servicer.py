@@ -13,19 +13,9 @@ from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.common.wire import TensorSetAssembler, WireError, iter_chunks
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.run_state import ParticipantInfo, Rejected, RunState
+from fedsv.coordinator.status_codes import status_of
 
 logger = logging.getLogger(__name__)
-
-WIRE_CODES = {
-    "bad_header": grpc.StatusCode.INVALID_ARGUMENT,
-    "unexpected_tensors": grpc.StatusCode.INVALID_ARGUMENT,
-    "too_large": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "too_many_tensors": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "bad_chunk": grpc.StatusCode.INVALID_ARGUMENT,
-    "incomplete": grpc.StatusCode.INVALID_ARGUMENT,
-    "checksum_mismatch": grpc.StatusCode.DATA_LOSS,
-    "non_finite": grpc.StatusCode.INVALID_ARGUMENT,
-}
 
 
 class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
@@ -55,16 +45,12 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
         self.state.count(round_number, rpc, direction, size)
         self.metrics.record_rpc(rpc, direction, size)
 
-    def _abort(
-        self, context: grpc.ServicerContext, reason: str, code: grpc.StatusCode, message: str
-    ) -> NoReturn:
+    def _refuse(self, context: grpc.ServicerContext, reason: str, message: str) -> NoReturn:
+        """Count the refusal and end the call with the reason's status code (status_codes.py)."""
         self.metrics.reject(reason)
         logger.info("rejected (%s): %s", reason, message)
-        context.abort(code, message)
+        context.abort(status_of(reason), message)
         raise AssertionError("unreachable")  # context.abort raises
-
-    def _rejected(self, context: grpc.ServicerContext, exc: Rejected) -> NoReturn:
-        self._abort(context, exc.reason, grpc.StatusCode[exc.code], str(exc))
 
     def _receive_update(
         self,
@@ -103,7 +89,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
                 peer_identity(context.auth_context()),
             )
         except Rejected as exc:
-            self._rejected(context, exc)
+            self._refuse(context, exc.reason, str(exc))
         reply = fedsv_pb2.JoinReply(
             participant_id=info.participant_id, session_token=info.token, run=self.run_spec(info.rank)
         )
@@ -120,7 +106,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
             info = self.state.authenticate(request.participant_id, request.session_token, peer)
             self.state.open_call(info, "Subscribe")
         except Rejected as exc:
-            self._rejected(context, exc)
+            self._refuse(context, exc.reason, str(exc))
         sent_round = 0
         wake = self.state.listen(info.participant_id)
         try:
@@ -159,9 +145,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
         number = self.state.current_round_number()
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("kind") != "header":
-            self._abort(
-                context, "bad_header", grpc.StatusCode.INVALID_ARGUMENT, "an update must start with a header"
-            )
+            self._refuse(context, "bad_header", "an update must start with a header")
         header = first.header
         # Counted under the open round, never under the round an unauthenticated header claims (an
         # attacker's round numbers would otherwise create traffic rows that are never collected).
@@ -174,12 +158,8 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
                 self._receive_update(info, header, request_iterator)
             finally:
                 self.state.close_call(info, "SubmitUpdate")
-        except Rejected as exc:
-            self._rejected(context, exc)
-        except WireError as exc:
-            self._abort(
-                context, exc.reason, WIRE_CODES.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT), str(exc)
-            )
+        except (Rejected, WireError) as exc:
+            self._refuse(context, exc.reason, str(exc))
         reply = fedsv_pb2.SubmitReply(
             accepted=True, round=header.round, bytes_received=header.delta.total_bytes
         )

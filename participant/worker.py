@@ -11,18 +11,19 @@ from collections.abc import Iterator
 
 import grpc
 
+from fedsv.common.limits import DEFAULT_CHUNK_BYTES, GRPC_MESSAGE_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES
 from fedsv.common.models import build_model
 from fedsv.common.shards import cached_splits, load_shard
 from fedsv.common.tls import channel_credentials
 from fedsv.common.training import TrainConfig, local_update
 from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
-from fedsv.common.wire import DEFAULT_CHUNK_BYTES, TensorSetAssembler, encode_tensor_set, iter_chunks
+from fedsv.common.wire import TensorSetAssembler, encode_tensor_set, iter_chunks
 
 logger = logging.getLogger(__name__)
 
 CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", 8 << 20),
-    ("grpc.max_send_message_length", 8 << 20),
+    ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     # The channel's own reconnect backoff (gRPC's default grows to 120 s): while it waits, every call
@@ -43,7 +44,6 @@ RETRYABLE = {
 }
 # A Join refused for who we are (credential, token, certificate) will be refused again: give up.
 JOIN_REFUSED = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
-MAX_MODEL_BYTES = 1 << 30
 # local_update seeds torch's process-global RNG (dropout): ranks of one process train one at a time so
 # every rank's delta is the same whichever ranks share its process. Processes give the parallelism.
 _TRAIN_LOCK = threading.Lock()
@@ -177,8 +177,8 @@ class RankWorker:
                 task, received = event.task, 0
                 assembler = TensorSetAssembler(
                     task.model,
-                    max_total_bytes=MAX_MODEL_BYTES,
-                    max_chunk_bytes=reply.run.max_chunk_bytes or (4 << 20),
+                    max_total_bytes=MAX_TENSOR_SET_BYTES,
+                    max_chunk_bytes=reply.run.max_chunk_bytes or MAX_CHUNK_BYTES,
                 )
             elif kind == "chunk" and assembler is not None and task is not None:
                 assembler.add(event.chunk)

@@ -1,4 +1,4 @@
-"""valuation: Shapley-value estimators for cooperative games and the federated SV across rounds."""
+"""fedsv.valuation: Shapley-value estimators for cooperative games and the federated SV across rounds."""
 
 from fedsv.valuation.api import plan, shapley_values
 from fedsv.valuation.exact import ExactShapley
@@ -9,6 +9,7 @@ from fedsv.valuation.permutation import PermutationSampling
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.round_game import RoundGame  # the federated-SV game of one FL round (needs torch)
 from fedsv.valuation.rounds import FederatedValuation, RoundValues
+from fedsv.valuation.spec import ValuationSpec
 
 __all__ = [
     "CallableGame",
@@ -22,6 +23,7 @@ __all__ = [
     "RoundGame",
     "RoundValues",
     "ValuationResult",
+    "ValuationSpec",
     "plan",
     "shapley_values",
 ]

@@ -11,13 +11,11 @@ from fedsv.valuation.exact import ExactShapley
 from fedsv.valuation.game import Game, as_game
 from fedsv.valuation.group_testing import GroupTesting, group_testing_budget
 from fedsv.valuation.loo import LeaveOneOut, RandomValues
-from fedsv.valuation.permutation import PermutationSampling, check_accuracy, permutation_budget
+from fedsv.valuation.permutation import PermutationSampling, permutation_budget
 from fedsv.valuation.result import ValuationResult
+from fedsv.valuation.spec import SHAPLEY_METHODS, ValuationSpec
 
 logger = logging.getLogger(__name__)
-
-METHODS = ("auto", "exact", "permutation", "group_testing", "loo", "random")
-SHAPLEY_METHODS = ("exact", "permutation", "group_testing")
 
 
 class Estimator(Protocol):
@@ -26,35 +24,29 @@ class Estimator(Protocol):
     def run(self, game: Game) -> ValuationResult: ...
 
 
-def check_method(method: str) -> None:
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {list(METHODS)}")
+def _check_players(m: int) -> int:
+    if isinstance(m, bool) or int(m) != m or m < 1:
+        raise ValueError(f"a game needs at least one player, got m={m}")
+    return int(m)
 
 
-def plan(
-    m: int,
-    eps: float = 0.05,
-    delta: float = 0.05,
-    utility_range: float = 1.0,
-    max_exact_players: int = 20,
-) -> dict[str, int]:
+def plan(m: int, spec: ValuationSpec | None = None) -> dict[str, int]:
     """Planned distinct utility evaluations per Shapley method for a game of m players.
 
-    exact: 2^m (present only if m <= max_exact_players); permutation: min(2^m, 2 + T_perm (m-1))
+    exact: 2^m (present only if m <= spec.max_exact_players); permutation: min(2^m, 2 + T_perm (m-1))
     (every permutation's full prefix is U(all), so m-1 new coalitions per permutation);
     group_testing: min(2^m, 2 + T_gt) (one coalition per test plus U(empty) and U(all)).
     """
-    check_accuracy(eps, delta, utility_range)
-    ExactShapley(max_exact_players)  # validates max_exact_players
-    if isinstance(m, bool) or int(m) != m or m < 1:
-        raise ValueError(f"a game needs at least one player, got m={m}")
-    m = int(m)
+    spec = spec or ValuationSpec()
+    m = _check_players(m)
     full = 2**m
     costs: dict[str, int] = {}
-    if m <= max_exact_players:
+    if m <= spec.max_exact_players:
         costs["exact"] = full
-    costs["permutation"] = min(full, 2 + permutation_budget(m, eps, delta, utility_range) * (m - 1))
-    costs["group_testing"] = min(full, 2 + group_testing_budget(m, eps, delta, utility_range))
+    per_permutation = m - 1
+    permutations = permutation_budget(m, spec.eps, spec.delta, spec.utility_range)
+    costs["permutation"] = min(full, 2 + permutations * per_permutation)
+    costs["group_testing"] = min(full, 2 + group_testing_budget(m, spec.eps, spec.delta, spec.utility_range))
     return costs
 
 
@@ -64,67 +56,41 @@ def choose_method(costs: dict[str, int]) -> str:
     return min(order, key=lambda name: (costs[name], order.index(name)))
 
 
-def make_estimator(
-    method: str,
-    m: int,
-    *,
-    eps: float = 0.05,
-    delta: float = 0.05,
-    seed: int = 0,
-    utility_range: float = 1.0,
-    max_exact_players: int = 20,
-) -> Estimator:
-    """The estimator object for a method name ("auto" resolved with plan() for m players)."""
-    check_method(method)
-    check_accuracy(eps, delta, utility_range)
+def make_estimator(m: int, spec: ValuationSpec) -> Estimator:
+    """The estimator object for spec.method ("auto" resolved with plan() for m players)."""
+    method = spec.method
     if method == "auto":
-        costs = plan(m, eps, delta, utility_range, max_exact_players)
+        costs = plan(m, spec)
         method = choose_method(costs)
         logger.info("auto: m=%d planned evaluations %s -> %s", m, costs, method)
     if method == "exact":
-        return ExactShapley(max_exact_players)
+        return ExactShapley(spec.max_exact_players)
     if method == "permutation":
-        return PermutationSampling(eps, delta, utility_range, seed=seed)
+        return PermutationSampling(spec.eps, spec.delta, spec.utility_range, seed=spec.seed)
     if method == "group_testing":
-        return GroupTesting(eps, delta, utility_range, seed=seed)
+        return GroupTesting(spec.eps, spec.delta, spec.utility_range, seed=spec.seed)
     if method == "loo":
         return LeaveOneOut()
-    return RandomValues(seed)
+    return RandomValues(spec.seed)
 
 
 def shapley_values(
     utility: Game | Callable[[frozenset[int]], float],
     m: int | None = None,
-    method: str = "auto",
-    eps: float = 0.05,
-    delta: float = 0.05,
-    seed: int = 0,
-    utility_range: float = 1.0,
-    max_exact_players: int = 20,
+    spec: ValuationSpec | None = None,
 ) -> ValuationResult:
     """Values of the m players of `utility` (a Game, or a callable on frozensets of indices 0..m-1).
 
-    method: "exact", "permutation", "group_testing", "loo", "random" or "auto" (cheapest planned
-    Shapley method, see plan()). eps, delta: target P(max_i |s_i_hat - s_i| <= eps) >= 1 - delta for
-    the sampling methods, valid when max U - min U <= utility_range. The result's `.method` is the
-    method actually used; `.evaluations` counts the distinct coalitions this call evaluated.
+    `spec` (default ValuationSpec(): "auto", eps = delta = 0.05) says which method and what accuracy.
+    The result's `.method` is the method actually used; `.evaluations` counts the distinct coalitions
+    this call evaluated.
     """
-    check_method(method)
-    check_accuracy(eps, delta, utility_range)
-    if m is not None and (isinstance(m, bool) or int(m) != m or m < 1):
-        raise ValueError(f"a game needs at least one player, got m={m}")
+    spec = spec or ValuationSpec()
+    if m is not None:
+        m = _check_players(m)
     game = as_game(utility, m)
-    estimator = make_estimator(
-        method,
-        game.m,
-        eps=eps,
-        delta=delta,
-        seed=seed,
-        utility_range=utility_range,
-        max_exact_players=max_exact_players,
-    )
-    result = estimator.run(game)
-    if method == "auto":
-        costs = plan(game.m, eps, delta, utility_range, max_exact_players)
+    result = make_estimator(game.m, spec).run(game)
+    if spec.method == "auto":
+        costs = plan(game.m, spec)
         result = dataclasses.replace(result, extra={**result.extra, "requested": "auto", "plan": costs})
     return result

@@ -7,7 +7,6 @@ from fractions import Fraction
 from math import factorial
 
 import numpy as np
-import numpy.typing as npt
 
 from fedsv.valuation.game import BoolMatrix, FloatArray, Game
 from fedsv.valuation.result import ValuationResult
@@ -93,8 +92,3 @@ class ExactShapley:
             utility_empty=empty,
             utility_grand=grand,
         )
-
-
-def exact_shapley(game: Game, max_players: int = 20) -> npt.NDArray[np.float64]:
-    """Convenience: the exact Shapley values of a game as an array."""
-    return ExactShapley(max_players).run(game).values

@@ -13,6 +13,7 @@ import numpy.typing as npt
 from fedsv.valuation.api import make_estimator
 from fedsv.valuation.game import Game
 from fedsv.valuation.loo import LeaveOneOut
+from fedsv.valuation.spec import ValuationSpec
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +66,7 @@ def normalized(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 
 
 def value_round(
-    game: Game,
-    participant_ids: Sequence[str],
-    round: int,
-    method: str = "auto",
-    eps: float = 0.05,
-    delta: float = 0.05,
-    seed: int = 0,
-    utility_range: float = 1.0,
-    max_exact_players: int = 20,
+    game: Game, participant_ids: Sequence[str], round: int, spec: ValuationSpec | None = None
 ) -> RoundValues:
     """Run the chosen Shapley estimator and leave-one-out on one round's game (shared cache), timed."""
     ids = list(participant_ids)
@@ -81,16 +74,7 @@ def value_round(
         raise ValueError(f"round {round}: {len(ids)} participant ids for a game of {game.m} players")
     before = game.evaluations
     start = time.perf_counter()
-    estimator = make_estimator(
-        method,
-        game.m,
-        eps=eps,
-        delta=delta,
-        seed=seed,
-        utility_range=utility_range,
-        max_exact_players=max_exact_players,
-    )
-    result = estimator.run(game)
+    result = make_estimator(game.m, spec or ValuationSpec()).run(game)
     loo = LeaveOneOut().run(game)
     seconds = time.perf_counter() - start
     rv = RoundValues(
@@ -129,23 +113,12 @@ class FederatedValuation:
         self._rounds[rv.round] = rv
 
     def value_round(
-        self,
-        game: Game,
-        participant_ids: Sequence[str],
-        round: int,
-        method: str = "auto",
-        eps: float = 0.05,
-        delta: float = 0.05,
-        seed: int = 0,
-        utility_range: float = 1.0,
-        max_exact_players: int = 20,
+        self, game: Game, participant_ids: Sequence[str], round: int, spec: ValuationSpec | None = None
     ) -> RoundValues:
         """Compute one round's values (see value_round()), record them and return them."""
         if round in self._rounds:
             raise ValueError(f"round {round} already recorded")
-        rv = value_round(
-            game, participant_ids, round, method, eps, delta, seed, utility_range, max_exact_players
-        )
+        rv = value_round(game, participant_ids, round, spec)
         self.add_round(rv)
         return rv
 

@@ -8,54 +8,37 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from fedsv.common.corruptions import parse_corruption
 from fedsv.common.data import load_dataset
 from fedsv.common.models import build_model
+from fedsv.common.ranks import participant_id
+from fedsv.common.round_step import ClientUpdate, EvalSet, select_ranks, step_round, train_seed
 from fedsv.common.shards import load_shard
-from fedsv.common.training import TrainConfig, apply_delta, evaluate, fedavg, local_update, params_of
-from fedsv.valuation import FederatedValuation, RoundGame, RoundValues
+from fedsv.common.training import TrainConfig, evaluate, local_update, params_of
+from fedsv.coordinator.config import RunConfig
+from fedsv.valuation import FederatedValuation, RoundValues
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class DemoConfig:
-    """Settings of a demo run; every field is also a command-line flag."""
+class DemoConfig(RunConfig):
+    """A run's settings (every RunConfig field, as for `fedsv launch`) plus two demo shortcuts."""
 
-    participants: int = field(default=20, metadata={"help": "number of participants N"})
-    fraction: float = field(default=0.5, metadata={"help": "fraction C selected per round"})
-    rounds: int = field(default=5, metadata={"help": "training rounds T"})
-    seed: int = field(default=0, metadata={"help": "seed of data split, partition, selection, training"})
-    dataset: str = field(default="embedded", metadata={"help": "embedded | mnist | fashion_mnist | cifar10"})
-    data_dir: str = field(default="", metadata={"help": "directory with the dataset files"})
-    model: str = field(default="mlp", metadata={"help": "mlp | cnn"})
-    partition: str = field(default="iid", metadata={"help": "iid | noniid"})
-    valuation: str = field(default="auto", metadata={"help": "auto | exact | permutation | group_testing"})
-    eps: float = field(default=0.05, metadata={"help": "valuation accuracy epsilon"})
-    delta: float = field(default=0.05, metadata={"help": "valuation failure probability delta"})
-    epochs: int = field(default=5, metadata={"help": "local epochs"})
-    batch_size: int = field(default=10, metadata={"help": "local batch size"})
-    lr: float = field(default=0.05, metadata={"help": "local learning rate"})
-    validation_size: int = field(default=1000, metadata={"help": "validation samples used for the utility"})
     noisy: int = field(default=0, metadata={"help": "the first K ranks train on corrupted data"})
     corruption: str = field(default="flip:0.5", metadata={"help": "corruption of the noisy ranks"})
 
     def __post_init__(self) -> None:
-        if self.participants < 1:
-            raise ValueError(f"--participants must be at least 1, got {self.participants}")
-        if not 0.0 < self.fraction <= 1.0:
-            raise ValueError(f"--fraction must be in (0, 1], got {self.fraction}")
-        if self.rounds < 1:
-            raise ValueError(f"--rounds must be at least 1, got {self.rounds}")
-        if not 0 <= self.noisy <= self.participants:
-            raise ValueError(f"--noisy must be between 0 and --participants, got {self.noisy}")
+        if not 0 <= self.noisy <= max(self.participants, 0):
+            raise ValueError(f"noisy must be between 0 and participants, got {self.noisy}")
         parse_corruption(self.corruption)
+        super().__post_init__()
 
-    @property
-    def selected_per_round(self) -> int:
-        return max(1, round(self.fraction * self.participants))
+    def corruptions(self) -> dict[int, str]:
+        """Ranks of `corrupt`, plus the first `noisy` ranks with `corruption` where `corrupt` names none."""
+        noisy = dict.fromkeys(range(self.noisy), self.corruption) if self.noisy else {}
+        return {**noisy, **super().corruptions()}
 
 
 @dataclass
@@ -68,58 +51,53 @@ class DemoResult:
 
 
 def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] | None = None) -> DemoResult:
-    """Train T rounds of FedAvg in this process and value every round's deltas with the federated SV."""
+    """Train T rounds of FedAvg in this process and value every round's deltas with the federated SV.
+
+    The same seeded draws and the same round step as the coordinator (fedsv.common.round_step), so a
+    `fedsv launch` of the same settings gives the same selections, models and values.
+    """
     splits = load_dataset(
         config.dataset, config.data_dir or None, seed=config.seed, validation_size=config.validation_size
     )
     model = build_model(config.model, splits.input_shape, splits.num_classes, seed=config.seed)
     global_params = params_of(model)
     train_config = TrainConfig(epochs=config.epochs, batch_size=config.batch_size, lr=config.lr)
-    shards, corruptions = [], []
-    for rank in range(config.participants):
-        spec = config.corruption if rank < config.noisy else "none"
-        shard, corruption = load_shard(splits, rank, config.participants, config.partition, config.seed, spec)
-        shards.append(shard)
-        corruptions.append(corruption)
-    ids = [f"p{rank:03d}" for rank in range(config.participants)]
-    rng = np.random.default_rng(config.seed)
-    ledger = FederatedValuation()
-    accuracies: list[float] = []
-    x_val, y_val = torch.from_numpy(splits.validation.x), torch.from_numpy(splits.validation.y)
-    for t in range(1, config.rounds + 1):
-        selected = sorted(
-            rng.choice(config.participants, size=config.selected_per_round, replace=False).tolist()
+    corrupt = config.corruptions()
+    shards = [
+        load_shard(
+            splits, rank, config.participants, config.partition, config.seed, corrupt.get(rank, "none")
         )
-        deltas = [
-            local_update(
+        for rank in range(config.participants)
+    ]
+    schedule = config.schedule()
+    rng = np.random.default_rng(config.seed)
+    accounting = FederatedValuation()
+    validation = EvalSet(splits.validation.x, splits.validation.y)
+    accuracies: list[float] = []
+    for t in range(1, config.rounds + 1):
+        selected = select_ranks(rng, config.participants, config.selected_per_round, schedule.get(t))
+        updates = []
+        for r in selected:
+            shard, corruption = shards[r]
+            delta = local_update(
                 model,
                 global_params,
-                shards[r].x,
-                shards[r].y,
+                shard.x,
+                shard.y,
                 train_config,
-                seed=config.seed * 1_000_003 + t * 1009 + r,
-                corruption=corruptions[r],
+                train_seed(config.seed, t, r),
+                corruption,
             )
-            for r in selected
-        ]
-        counts = [len(shards[r]) for r in selected]
-        game = RoundGame(model, global_params, deltas, counts, x_val, y_val)
-        values = ledger.value_round(
-            game,
-            [ids[r] for r in selected],
-            t,
-            method=config.valuation,
-            eps=config.eps,
-            delta=config.delta,
-            seed=config.seed + t,
+            updates.append(ClientUpdate(participant_id(r), delta, len(shard)))
+        outcome = step_round(
+            model, global_params, updates, validation, t, config.valuation_spec(t), accounting
         )
-        global_params = apply_delta(global_params, fedavg(deltas, counts))
+        global_params = outcome.params
         accuracy, _ = evaluate(model, global_params, splits.test.x, splits.test.y)
         accuracies.append(accuracy)
         if on_round is not None:
-            on_round(values, accuracy)
-    noisy_ids = ids[: config.noisy]
-    return DemoResult(ledger, accuracies, noisy_ids)
+            on_round(outcome.values, accuracy)
+    return DemoResult(accounting, accuracies, [participant_id(r) for r in sorted(corrupt)])
 
 
 def format_round(values: RoundValues, accuracy: float) -> str:

@@ -6,7 +6,6 @@ import csv
 import json
 import logging
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,8 @@ from matplotlib.ticker import MaxNLocator
 from fedsv.common.ranks import participant_id
 from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.ledger import Ledger, RoundRecord, ValueRow
-from fedsv.valuation.rounds import TOTAL_KEYS, FederatedValuation, RoundValues
+from fedsv.coordinator.records import federated_valuation
+from fedsv.valuation.rounds import TOTAL_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -29,31 +29,6 @@ CSV_COLUMNS = ("participant", "rounds_selected", *TOTAL_KEYS, "rank_by_fedsv")
 def _num(x: float | None) -> float | None:
     """JSON has no NaN or infinity: those become null."""
     return None if x is None or not math.isfinite(x) else float(x)
-
-
-def _valuation(records: Sequence[RoundRecord], rows: Sequence[ValueRow]) -> FederatedValuation:
-    """The FederatedValuation of the ledger's per-round value rows (rounds valued with "none" have none)."""
-    by_round: dict[int, list[ValueRow]] = {}
-    for row in rows:
-        by_round.setdefault(row.round, []).append(row)
-    record_of = {rec.round: rec for rec in records}
-    fv = FederatedValuation()
-    for number, round_rows in sorted(by_round.items()):
-        rec = record_of[number]
-        fv.add_round(
-            RoundValues(
-                round=number,
-                participants=[r.participant for r in round_rows],
-                fedsv=np.array([r.fedsv for r in round_rows], dtype=np.float64),
-                loo=np.array([r.loo for r in round_rows], dtype=np.float64),
-                utility_before=rec.utility_before,
-                utility_after=rec.utility_after,
-                method=rec.method,
-                evaluations=rec.evaluations,
-                seconds=rec.valuation_seconds,
-            )
-        )
-    return fv
 
 
 def _corrupted(config: dict[str, Any]) -> dict[str, str]:
@@ -125,7 +100,7 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         "run_id": run[0],
         "config": run[1],
         "rounds": [_round_entry(rec, rows_of[rec.round]) for rec in records],
-        "totals": _valuation(records, rows).totals(),
+        "totals": federated_valuation(records, rows).totals(),
         "final_accuracy": _num(records[-1].test_accuracy) if records else None,
         "traffic": traffic,
         "summary": {

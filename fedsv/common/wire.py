@@ -12,14 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedsv.common.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES
 from fedsv.common.v1 import fedsv_pb2
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CHUNK_BYTES = 1 << 20
-MAX_MESSAGE_BYTES = 4 << 20
-# A chunk plus its message framing must stay well under the gRPC message limit.
-MAX_CHUNK_BYTES = MAX_MESSAGE_BYTES // 2
 SHA256_BYTES = 32
 
 WIRE_ERROR_REASONS: tuple[str, ...] = (

@@ -57,10 +57,11 @@ def test_image_installs_the_project_as_pyproject_describes_it() -> None:
         if cmd == "COPY"
         for src in values[:-1]
     }
-    packages = {
-        pattern.rstrip("*") for pattern in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
-    }
-    needed = {"pyproject.toml", PYPROJECT["project"]["readme"], *packages}
+    assert PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"] == ["fedsv", "fedsv.*"]
+    # fedsv/ links the design card's folders in (fedsv/valuation -> ../valuation): copy their targets too.
+    linked = {Path(os.readlink(p)).name for p in (REPO / "fedsv").iterdir() if p.is_symlink()}
+    assert linked == {"valuation", "coordinator", "participant"}
+    needed = {"pyproject.toml", PYPROJECT["project"]["readme"], "fedsv", *linked}
     assert needed <= copied, f"the image misses {sorted(needed - copied)}"
     # The build context is the repository root: .dockerignore there must not drop what the image copies.
     ignored = [

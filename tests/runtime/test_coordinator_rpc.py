@@ -202,8 +202,8 @@ def test_every_bad_update_is_rejected_with_its_code_and_the_round_goes_on(harnes
     assert harness.rejected("duplicate") == 1
     assert _code(harness.stub, _update("p001", t1, good, num_samples=30)) == grpc.StatusCode.OK
     received = harness.state.current.received
-    assert sorted(received) == ["p000", "p001"] and received["p001"][1] == 30
-    torch.testing.assert_close(received["p000"][0]["a.weight"], good["a.weight"], rtol=0, atol=0)
+    assert sorted(received) == ["p000", "p001"] and received["p001"].num_samples == 30
+    torch.testing.assert_close(received["p000"].delta["a.weight"], good["a.weight"], rtol=0, atol=0)
 
     harness.state.close_round()
     assert _code(harness.stub, _update("p000", t0, good)) == grpc.StatusCode.FAILED_PRECONDITION
@@ -270,7 +270,7 @@ def test_a_model_over_16_mib_travels_both_ways_in_chunks() -> None:
 
         delta = {k: v * 0.001 for k, v in model.items()}
         assert _code(harness.stub, _update("p001", harness.tokens["p001"], delta)) == grpc.StatusCode.OK
-        up = harness.state.current.received["p001"][0]  # type: ignore[union-attr]
+        up = harness.state.current.received["p001"].delta  # type: ignore[union-attr]
         assert torch.equal(up["layer.weight"], delta["layer.weight"])
         assert torch.equal(up["layer.bias"], delta["layer.bias"])
     finally:

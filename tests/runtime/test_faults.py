@@ -203,7 +203,13 @@ def test_network_cut_participants_reconnect_and_no_round_hangs(tmp_path: Path) -
     with Ledger(state / "ledger.sqlite", read_only=True) as ledger:
         rounds = ledger.rounds()
     assert rounds[0].received == PIDS
-    assert rounds[1].received == ["p002", "p003"] and rounds[1].stragglers == ["p000", "p001"]
+    # Host B may deliver a round-2 update in the moment between the round opening and the cut; from
+    # then on the rounds during the cut close by quorum with host C's participants alone.
+    assert set(rounds[1].received) >= {"p002", "p003"}, rounds[1]
+    during = [r for r in rounds if r.round >= 2 and r.started_at < restored]
+    assert any(r.received == ["p002", "p003"] and r.stragglers == ["p000", "p001"] for r in during), [
+        (r.round, r.received, r.stragglers) for r in rounds
+    ]
     # No round waited past its deadline (plus the time to value and record it): none hung.
     assert all(r.train_wait_seconds < deadline + 5 for r in rounds), [r.train_wait_seconds for r in rounds]
     text = _text(log)
@@ -232,8 +238,8 @@ def _wait_log(state: Path, log_offset: int, needle: str, count: int, until: floa
 def _kill_moment(kind: str, state: Path, log_offset: int, rng: random.Random) -> str:
     """Wait for the moment of a kill of `kind` (at most 30 s); returns the log's last line by then."""
     until = time.time() + 30
-    if kind == "random":
-        time.sleep(rng.uniform(0.0, 5.0))
+    if kind == "random":  # at a random moment, but within the round in progress (rounds may be fast)
+        _wait_log(state, log_offset, " done: ", 1, time.time() + rng.uniform(0.0, 5.0))
     elif kind == "round_start":  # as the next round opens, right after a round was committed
         _wait_log(state, log_offset, " done: ", 1, until)
         time.sleep(rng.uniform(0.0, 0.1))
@@ -251,7 +257,9 @@ def test_ledger_survives_kills_at_many_points(
 ) -> None:
     """SIGKILL the coordinator 8 times (starting up, at random, as a round opens, while committing)."""
     rng = random.Random(6)
-    rounds, give_up_after = 8, 30  # the kills take longer: a participant must not count from its start
+    # Each kill lets at most 3 rounds through (a "commit" kill waits for up to 2, then hits the third's
+    # commit), so 8 kills fit in 12 rounds however fast the rounds run.
+    rounds, give_up_after = 12, 30  # the kills take longer: a participant must not count from its start
     settings = {**FAULT_RUN, "rounds": rounds, "metrics_port": -1}
     state = tmp_path / "state"
     log = state / "coordinator.log"

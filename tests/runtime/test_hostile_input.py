@@ -289,15 +289,15 @@ def attack_replay(data: st.DataObject, target: Target) -> grpc.StatusCode:
     received = dict(current.received) if current is not None else {}
     if received and honest:
         pid = sorted(received)[index % len(received)]
-        delta, samples, seconds = received[pid]
-        header, payloads = encode_tensor_set(delta, chunk_bytes=CHUNK)
+        update = received[pid]
+        header, payloads = encode_tensor_set(update.delta, chunk_bytes=CHUNK)
         first = fedsv_pb2.UpdateHeader(
             participant_id=pid,
             session_token=tokens.get(pid, ""),
             round=current.round,  # type: ignore[union-attr]
-            num_samples=samples,
+            num_samples=update.num_samples,
             delta=header,
-            train_seconds=seconds,
+            train_seconds=update.train_seconds,
         )
         messages = [fedsv_pb2.UpdateMessage(header=first)]
         messages += [fedsv_pb2.UpdateMessage(chunk=c) for c in iter_chunks(header, payloads)]

@@ -343,7 +343,7 @@ def test_cli_without_a_transport_choice_is_a_one_line_error(
 
 
 def _tls(argv: list[str], tls_dir: Path) -> list[str]:
-    """A runtime_support command line with mutual TLS instead of its --insecure."""
+    """A tests.support.runtime command line with mutual TLS instead of its --insecure."""
     return [a for a in argv if a != "--insecure"] + ["--tls-dir", str(tls_dir)]
 
 
@@ -351,8 +351,8 @@ def _tls(argv: list[str], tls_dir: Path) -> list[str]:
 def test_a_killed_tls_coordinator_resumes_and_participants_reconnect(tmp_path: Path, tls_dir: Path) -> None:
     """SIGKILL the coordinator after round 1: restarted on the same port, it finishes rounds 2-3 with
     the same mTLS participants, each round once in the ledger."""
-    from deploy_support import free_port, wait_for
-    from runtime_support import (
+    from tests.support.processes import free_port, wait_for
+    from tests.support.runtime import (
         coordinator_argv,
         participant_argv,
         rounds_in,

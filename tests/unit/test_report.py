@@ -61,7 +61,7 @@ def run_dir(tmp_path: Path) -> tuple[Path, FederatedValuation]:
                 TrafficRow(n, "Join", "up", 10, 1),
             ]
             traffic.append(TrafficRow(n, "Subscribe", "down", record.bytes_down, 4))
-            ledger.commit_round(record, values, traffic, Checkpoint(n, b"w", "{}", {}))
+            ledger.commit_round(record, values, traffic, Checkpoint(n, b"w", "{}"))
     return directory, expected
 
 

@@ -28,6 +28,7 @@ from fedsv.common.training import (
 from fedsv.valuation import RoundGame, round_game, shapley_values
 from fedsv.valuation.exact import all_coalitions
 from fedsv.valuation.round_game import MODES
+from fedsv.valuation.spec import ValuationSpec
 
 NUM_VAL = 40
 """Validation samples per game: a few dozen keeps the naive reference cheap."""
@@ -274,7 +275,7 @@ def test_chunked_path_holds_one_chunk_at_a_time(
 def test_exact_values_are_group_rational(rounds: dict[str, Round], name: str, metric: str) -> None:
     rnd = rounds[name]
     game = rnd.game(metric=metric)
-    result = shapley_values(game, method="exact")
+    result = shapley_values(game, spec=ValuationSpec(method="exact"))
     assert result.method == "exact" and result.evaluations == 2**rnd.m
     # U(all) is the metric of the model the coordinator builds: w_t + FedAvg of all deltas.
     aggregated = apply_delta(rnd.global_params, fedavg(rnd.deltas, rnd.counts))
@@ -349,10 +350,10 @@ def test_memoized_coalitions_are_not_evaluated_again(
         # Overlapping batches evaluate only the new coalitions; exact Shapley then costs the rest only.
         game.utilities(members[10:30])
         assert calls == [20, 10] and game.evaluations == 30
-        result = shapley_values(game, method="exact")
+        result = shapley_values(game, spec=ValuationSpec(method="exact"))
         assert result.evaluations == 2**rnd.m - 30 and calls[-1] == 2**rnd.m - 30
         before = len(calls)
-        again_result = shapley_values(game, method="exact")
+        again_result = shapley_values(game, spec=ValuationSpec(method="exact"))
         assert again_result.evaluations == 0 and len(calls) == before
         np.testing.assert_array_equal(again_result.values, result.values)
     finally:
@@ -426,11 +427,11 @@ def test_bad_inputs_raise_clear_errors(rounds: dict[str, Round]) -> None:
         ({"method": "shapley"}, "unknown method"),
     ]:
         with pytest.raises(ValueError, match=message):
-            shapley_values(game, **kwargs)  # type: ignore[arg-type]
+            shapley_values(game, spec=ValuationSpec(**kwargs))  # type: ignore[arg-type]
     assert game.evaluations == 0  # nothing was evaluated for a rejected request
     many = RoundGame(model, g, [d[i % rnd.m] for i in range(21)], [1] * 21, x, y)
     with pytest.raises(ValueError, match="m=21 too large for exact"):
-        shapley_values(many, method="exact")
+        shapley_values(many, spec=ValuationSpec(method="exact"))
     assert many.evaluations == 0
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from fedsv.valuation import FederatedValuation, RoundValues, shapley_values
 from fedsv.valuation.exact import ExactShapley
+from fedsv.valuation.spec import ValuationSpec
 from tests.support.games import TableGame, random_table
 
 ROUNDS = [
@@ -28,7 +29,10 @@ def run_rounds(method: str = "exact") -> tuple[FederatedValuation, dict[int, np.
     for round_, ids in ROUNDS:
         tables[round_] = round_table(round_, len(ids))
         rv = fv.value_round(
-            TableGame(tables[round_]), ids, round_, method=method, eps=0.1, delta=0.1, seed=round_
+            TableGame(tables[round_]),
+            ids,
+            round_,
+            spec=ValuationSpec(method=method, eps=0.1, delta=0.1, seed=round_),
         )
         assert rv.method == method and rv.evaluations > 0 and rv.seconds >= 0
     return fv, tables
@@ -106,6 +110,8 @@ def test_invalid_rounds_raise() -> None:
 def test_value_round_shares_the_cache_between_estimator_and_loo() -> None:
     table = round_table(9, 4)
     game = TableGame(table)
-    rv = FederatedValuation().value_round(game, list("wxyz"), 9, method="exact")
+    rv = FederatedValuation().value_round(game, list("wxyz"), 9, spec=ValuationSpec(method="exact"))
     assert rv.evaluations == game.calls == 16  # LOO's coalitions were already evaluated by exact
-    np.testing.assert_allclose(rv.fedsv, shapley_values(TableGame(table), method="exact").values)
+    np.testing.assert_allclose(
+        rv.fedsv, shapley_values(TableGame(table), spec=ValuationSpec(method="exact")).values
+    )

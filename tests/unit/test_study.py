@@ -32,6 +32,8 @@ from fedsv.app.study.summarization import (
     selection_spec,
 )
 from fedsv.coordinator.ledger import ValueRow
+from fedsv.coordinator.records import federated_valuation
+from tests.support.records import make_record
 
 # ---------------------------------------------------------------------- detection curves and areas
 
@@ -89,16 +91,20 @@ def test_curve_rejects_bad_input() -> None:
 
 
 def test_value_totals_sum_rounds_and_leave_unvalued_at_zero() -> None:
+    records = [make_record(1, ["p000", "p002"], ["p000", "p002"]), make_record(2, ["p000"], ["p000"])]
     rows = [
-        ValueRow(1, "p000", 0.2, 0.1, 0.8, 0.7),
-        ValueRow(1, "p002", -0.1, 0.0, -0.4, 0.0),
-        ValueRow(2, "p000", 0.05, 0.02, 0.6, 0.5),
+        ValueRow(1, "p000", 0.3, 0.4, 0.6, 0.8),
+        ValueRow(1, "p002", -0.4, 0.0, -0.8, 0.0),
+        ValueRow(2, "p000", 0.05, 0.02, 1.0, 1.0),
     ]
-    totals = value_totals(rows, 4)
-    assert totals["fedsv"].tolist() == pytest.approx([0.25, 0.0, -0.1, 0.0])
-    assert totals["loo_normalized"].tolist() == pytest.approx([1.2, 0.0, 0.0, 0.0])
+    totals = value_totals(federated_valuation(records, rows), 4)
+    assert totals["fedsv"].tolist() == pytest.approx([0.35, 0.0, -0.4, 0.0])
+    assert totals["fedsv_normalized"].tolist() == pytest.approx([1.6, 0.0, -0.8, 0.0])
+    assert totals["loo_normalized"].tolist() == pytest.approx([2.0, 0.0, 0.0, 0.0])
     with pytest.raises(ValueError, match="unknown participant"):
-        value_totals([ValueRow(1, "p009", 0, 0, 0, 0)], 4)
+        value_totals(
+            federated_valuation([make_record(1, ["p009"], ["p009"])], [ValueRow(1, "p009", 0, 0, 0, 0)]), 4
+        )
 
 
 def test_bad_ranks_are_seeded() -> None:

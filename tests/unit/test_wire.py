@@ -12,11 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedsv.common.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES
 from fedsv.common.v1 import fedsv_pb2
 from fedsv.common.wire import (
-    DEFAULT_CHUNK_BYTES,
     DTYPES,
-    MAX_MESSAGE_BYTES,
     WIRE_ERROR_REASONS,
     TensorSetAssembler,
     WireError,
@@ -151,7 +150,7 @@ def test_big_model_roundtrips_in_many_bounded_chunks() -> None:
     )
     for chunk in iter_chunks(header, payloads):
         assert len(chunk.data) <= DEFAULT_CHUNK_BYTES
-        assert chunk.ByteSize() < MAX_MESSAGE_BYTES
+        assert chunk.ByteSize() < 4 << 20  # the message limit of gRPC peers with default settings
         asm.add(chunk)
     assert asm.complete and asm.bytes_received == header.total_bytes
     out = asm.finish(require_finite=True)
@@ -452,7 +451,7 @@ def test_encoder_and_api_misuse() -> None:
     with pytest.raises(ValueError, match="chunk_bytes"):
         encode_tensor_set(_small(), 0)
     with pytest.raises(ValueError, match="chunk_bytes"):
-        encode_tensor_set(_small(), MAX_MESSAGE_BYTES)
+        encode_tensor_set(_small(), MAX_CHUNK_BYTES + 1)
     with pytest.raises(ValueError, match="non-empty"):
         encode_tensor_set({"": torch.zeros(1)})
     with pytest.raises(TypeError, match=r"torch\.Tensor"):

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsv.common.ranks import participant_id
-from fedsv.coordinator.ledger import ValueRow
+from fedsv.valuation import FederatedValuation
 
 logger = logging.getLogger(__name__)
 
@@ -40,15 +40,15 @@ LABELS = {
 }
 
 
-def value_totals(values: Sequence[ValueRow], participants: int) -> dict[str, npt.NDArray[np.float64]]:
+def value_totals(valuation: FederatedValuation, participants: int) -> dict[str, npt.NDArray[np.float64]]:
     """Per method, each rank's total over rounds (index = rank); a participant never valued has 0."""
     index = {participant_id(rank): rank for rank in range(participants)}
     totals = {method: np.zeros(participants) for method in VALUE_METHODS}
-    for row in values:
-        if row.participant not in index:
-            raise ValueError(f"value row of unknown participant {row.participant!r}")
-        for method in VALUE_METHODS:
-            totals[method][index[row.participant]] += float(getattr(row, method))
+    for method, by_participant in valuation.totals().items():
+        for pid, total in by_participant.items():
+            if pid not in index:
+                raise ValueError(f"values of unknown participant {pid!r}")
+            totals[method][index[pid]] = total
     return totals
 
 

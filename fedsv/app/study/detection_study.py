@@ -81,7 +81,7 @@ def run_detection(
         )
         entry["bad"][str(seed)] = bad
         flags = np.isin(np.arange(n), bad)
-        scores = method_scores(value_totals(result.values, n), n, seed)
+        scores = method_scores(value_totals(result.valuation(), n), n, seed)
         for method in DETECTION_METHODS:
             curve = detection_curve(scores[method], flags)
             entry["_areas"].setdefault(method, []).append(curve_area(curve, len(bad)))

@@ -15,7 +15,9 @@ from torch import Tensor
 from fedsv.app.launch import Launch, LaunchConfig
 from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.ledger import Ledger, LedgerError, RoundRecord, ValueRow
+from fedsv.coordinator.records import federated_valuation
 from fedsv.coordinator.round_loop import params_from_bytes
+from fedsv.valuation import FederatedValuation
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,10 @@ class RunResult:
     @property
     def final_accuracy(self) -> float:
         return float(self.rounds[-1].test_accuracy)
+
+    def valuation(self) -> FederatedValuation:
+        """The run's per-round values, as recorded in its ledger."""
+        return federated_valuation(self.rounds, self.values)
 
     def selection(self) -> dict[int, list[str]]:
         """round -> participant ids selected in it."""

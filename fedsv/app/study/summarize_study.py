@@ -51,7 +51,7 @@ def run_summarization(
     replays: dict[str, tuple[RunConfig, Path, str]] = {}
     for index, ((run, directory, label), result) in enumerate(zip(originals, original_results, strict=True)):
         selection = _ranks(result.selection())
-        totals = value_totals(result.values, n)
+        totals = value_totals(result.valuation(), n)
         for method in SUMMARY_METHODS:
             for draw in range(config.draws if method == "random" else 1):
                 for q in Q_VALUES:

@@ -1,0 +1,101 @@
+"""One round's pure step once its updates are in (FedAvg, valuation, accounting), and its seeded draws.
+
+`fedsv demo` (in one process) and the coordinator's round loop (over gRPC) both call these, so the two
+cannot drift: the same seed gives the same selections, local-training seeds, models and values.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from torch import Tensor, nn
+
+from fedsv.common.training import apply_delta, evaluate, fedavg
+from fedsv.valuation import FederatedValuation, RoundGame, RoundValues, ValuationSpec
+
+
+@dataclass(frozen=True)
+class ClientUpdate:
+    """What one participant contributed to a round: its delta (trained - w_t) and its sample count."""
+
+    participant: str
+    delta: Mapping[str, Tensor]
+    num_samples: int
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """Images and labels a model is scored on (the coordinator's validation or test split)."""
+
+    x: np.ndarray | Tensor
+    y: np.ndarray | Tensor
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """w_{t+1}, the round's values (method "none": zeros, utilities only) and how long each part took."""
+
+    params: dict[str, Tensor]
+    values: RoundValues
+    aggregation_seconds: float
+    valuation_seconds: float
+
+
+def train_seed(seed: int, round_number: int, rank: int) -> int:
+    """The seed of a rank's local training in a round (the coordinator sends it with the task)."""
+    return seed * 1_000_003 + round_number * 1009 + rank
+
+
+def select_ranks(
+    rng: np.random.Generator, participants: int, per_round: int, fixed: Sequence[int] | None = None
+) -> list[int]:
+    """The round's selected ranks: a seeded draw of `per_round` of `participants`, sorted.
+
+    The draw is made even when a `fixed` selection replaces it, so a run that replays some rounds'
+    selections keeps the same random stream as the run it replays.
+    """
+    drawn = sorted(int(r) for r in rng.choice(participants, size=per_round, replace=False))
+    return sorted(fixed) if fixed is not None else drawn
+
+
+def step_round(
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    updates: Sequence[ClientUpdate],
+    validation: EvalSet,
+    number: int,
+    spec: ValuationSpec | None,
+    accounting: FederatedValuation,
+) -> RoundOutcome:
+    """Aggregate the round's updates with FedAvg and value them (spec None: valuation off).
+
+    Updates are taken in participant-id order whatever order they arrived in. The values are recorded
+    in `accounting` unless valuation is off. Only the updates themselves are used: valuation needs no
+    message beyond those the round already received.
+    """
+    if not updates:
+        raise ValueError(f"round {number}: no updates to aggregate")
+    ordered = sorted(updates, key=lambda u: u.participant)
+    ids = [u.participant for u in ordered]
+    deltas = [u.delta for u in ordered]
+    counts = [u.num_samples for u in ordered]
+    started = time.perf_counter()
+    new_params = apply_delta(params, fedavg(deltas, counts))
+    aggregated = time.perf_counter()
+    if spec is None:
+        before, _ = evaluate(model, params, validation.x, validation.y)
+        after, _ = evaluate(model, new_params, validation.x, validation.y)
+        zeros = np.zeros(len(ids))
+        values = RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
+    else:
+        game = RoundGame(model, params, deltas, counts, validation.x, validation.y)
+        values = accounting.value_round(game, ids, number, spec)
+    return RoundOutcome(
+        params=new_params,
+        values=values,
+        aggregation_seconds=aggregated - started,
+        valuation_seconds=time.perf_counter() - aggregated,
+    )
