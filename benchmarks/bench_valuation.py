@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import platform
 import shlex
@@ -25,8 +24,6 @@ from fedsv.common.training import TrainConfig, apply_delta, fedavg, local_update
 from fedsv.valuation import RoundGame, plan, shapley_values
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.spec import ValuationSpec
-
-logger = logging.getLogger(__name__)
 
 TRAIN_CONFIG = TrainConfig(epochs=1, batch_size=10, lr=0.05)
 """Local training of every participant: one epoch of plain SGD (the demo's batch size and learning rate)."""

@@ -12,8 +12,6 @@ from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.ledger import LedgerError
 from fedsv.coordinator.server import serve
 
-logger = logging.getLogger(__name__)
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedsv.coordinator", description="fedsv coordinator")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -10,8 +9,6 @@ from fedsv.common.corruptions import parse_corruption
 from fedsv.common.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES, MIN_CHUNK_BYTES
 from fedsv.common.ranks import parse_ranks
 from fedsv.valuation import ValuationSpec
-
-logger = logging.getLogger(__name__)
 
 VALUATION_METHODS = ("auto", "exact", "permutation", "group_testing", "loo", "none")
 

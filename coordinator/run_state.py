@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import secrets
 import threading
@@ -15,8 +14,6 @@ from torch import Tensor
 
 from fedsv.common.ranks import participant_id
 from fedsv.common.round_step import ClientUpdate
-
-logger = logging.getLogger(__name__)
 
 
 class Rejected(Exception):

@@ -26,7 +26,7 @@ from fedsv.common.wire import spec_of
 from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.interceptors import MalformedRequests
 from fedsv.coordinator.ledger import Ledger
-from fedsv.coordinator.metrics import CoordinatorMetrics, serve_metrics
+from fedsv.coordinator.metrics import CoordinatorMetrics, serve_metrics, stop_metrics
 from fedsv.coordinator.round_loop import RoundLoop
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
@@ -174,7 +174,7 @@ class Coordinator:
                 "INSECURE: gRPC is plaintext (--insecure): anyone on the network can read models and "
                 "deltas and act as any participant who knows the credential; use --tls-dir"
             )
-        logger.warning(
+        logger.info(
             "coordinator %s serving gRPC on %s:%d (%s; health %d, metrics %d) for %d participants",
             self.run_id,
             socket.gethostname(),
@@ -207,7 +207,7 @@ class Coordinator:
         if self.health_server is not None:
             self.health_server.stop(grace=None).wait()
         if self.metrics_server is not None:
-            self.metrics_server.shutdown()  # type: ignore[attr-defined]
+            stop_metrics(self.metrics_server)
         self.ledger.close()
 
 
@@ -217,7 +217,7 @@ def serve(run: RunConfig, server: ServerConfig) -> int:
     coordinator.start()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        logger.warning("signal %d: stopping after the current step", signum)
+        logger.info("signal %d: stopping after the current step", signum)
         coordinator.loop.stop_event.set()
 
     if threading.current_thread() is threading.main_thread():
@@ -227,5 +227,6 @@ def serve(run: RunConfig, server: ServerConfig) -> int:
         reason = coordinator.run()
     finally:
         coordinator.stop()
-    logger.warning("run %s ended: %s", coordinator.run_id, reason)
-    return 0 if reason == "finished" else 3
+    finished = reason == "finished"
+    logger.log(logging.INFO if finished else logging.WARNING, "run %s ended: %s", coordinator.run_id, reason)
+    return 0 if finished else 3

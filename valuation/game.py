@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable
 
 import numpy as np
 import numpy.typing as npt
-
-logger = logging.getLogger(__name__)
 
 Subset = frozenset[int] | int
 """A coalition: a frozenset of player indices 0..m-1, or an int bitmask (bit i = player i)."""

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
 from fedsv.valuation.game import Game
 from fedsv.valuation.result import ValuationResult
-
-logger = logging.getLogger(__name__)
 
 
 class LeaveOneOut:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,8 +11,6 @@ import torch
 from torch import Tensor, nn
 
 from fedsv.valuation.game import BoolMatrix, FloatArray
-
-logger = logging.getLogger(__name__)
 
 METRICS = ("accuracy", "neg_loss")
 AGGREGATIONS = ("fedavg", "uniform")

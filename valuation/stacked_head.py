@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-logger = logging.getLogger(__name__)
 
 ParamFn = Callable[[str], Tensor]
 """Maps a parameter name relative to the head (e.g. "1.weight") to its (B, *shape) stack."""

@@ -9,13 +9,12 @@ import sys
 from collections.abc import Sequence
 
 from fedsv.app.demo import DemoConfig, main_demo
-from fedsv.app.launch import Launch, LaunchConfig
+from fedsv.app.launch import Launch, LaunchConfig, LaunchError
 from fedsv.app.study.cli import add_study_parser, main_study
+from fedsv.app.study.runner import StudyError
 from fedsv.common.config_args import add_dataclass_args, build_config, build_configs, load_config_file
 from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.ledger import LedgerError
-
-logger = logging.getLogger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -118,7 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return main_study(args)
         file_values = load_config_file(args.config) if args.config else None
         return main_demo(build_config(DemoConfig, args, file_values))
-    except (ValueError, FileNotFoundError, RuntimeError, LedgerError) as exc:
+    # One-line messages for what the user can fix (settings, files, a run that could not start); any
+    # other exception is a bug and keeps its traceback.
+    except (ValueError, FileNotFoundError, LedgerError, LaunchError, StudyError) as exc:
         print(f"fedsv {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

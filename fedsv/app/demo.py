@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,8 +17,6 @@ from fedsv.common.shards import load_shard
 from fedsv.common.training import TrainConfig, evaluate, local_update, params_of
 from fedsv.coordinator.config import RunConfig
 from fedsv.valuation import FederatedValuation, RoundValues
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ from fedsv.coordinator.ledger import Ledger, RoundRecord
 logger = logging.getLogger(__name__)
 
 
+class LaunchError(Exception):
+    """The run's processes could not be started; the message is one line for the user."""
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     """How `fedsv launch` places the run on this machine."""
@@ -104,11 +108,11 @@ class Launch:
         deadline = time.time() + 120
         while not port_file.exists():
             if self.coordinator.poll() is not None:
-                raise RuntimeError(
+                raise LaunchError(
                     f"coordinator exited with {self.coordinator.returncode}: {self._log_tail()}"
                 )
             if time.time() > deadline:
-                raise RuntimeError("coordinator did not start serving within 120 s")
+                raise LaunchError("coordinator did not start serving within 120 s")
             time.sleep(0.05)
         grpc_port, metrics_port = (int(v) for v in port_file.read_text().split())
         if self._recorded_rounds() >= self.run.rounds:

@@ -5,11 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

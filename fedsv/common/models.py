@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
-
-logger = logging.getLogger(__name__)
 
 
 class StemHeadModule(nn.Module):

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 
 from fedsv.common.corruptions import Corruption, parse_corruption
 from fedsv.common.data import ArrayDataset, DatasetSplits, load_dataset
 from fedsv.common.partition import participant_indices
-
-logger = logging.getLogger(__name__)
-
 
 _LOAD_LOCK = threading.Lock()
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import grpc
 
 from fedsv.common.ranks import participant_id
-
-logger = logging.getLogger(__name__)
 
 
 def _read(tls_dir: Path, name: str, what: str) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import urllib.request
 from pathlib import Path
@@ -57,3 +58,9 @@ def test_health_and_metrics_are_served_and_stop_cleanly(tmp_path: Path) -> None:
     finally:
         coordinator.stop()
     assert (tmp_path / "ledger.sqlite").exists()
+    # Stopped means the metrics socket is closed too, so the port can be listened on again at once.
+    # SO_REUSEADDR lets the bind past the scrape's TIME_WAIT, never past a socket still listening.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", coordinator.metrics_port))
+        probe.listen()

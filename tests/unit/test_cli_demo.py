@@ -94,3 +94,14 @@ def test_config_file_is_overridden_by_flags(tmp_path: Path, capsys: pytest.Captu
     config.write_text(json.dumps({"participants": 3, "bogus": 1}))
     assert main(["demo", "--config", str(config)]) == 2
     assert "unknown config keys ['bogus']" in capsys.readouterr().err
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One-line messages are for what the user can fix; anything else is raised with its traceback."""
+
+    def broken(args: object) -> int:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("fedsv.app.cli.main_report", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["report", "somewhere"])

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
 from fedsv.app.study.config import STUDIES, StudyConfig
 from fedsv.common.config_args import add_dataclass_args, build_config, load_config_file
-
-logger = logging.getLogger(__name__)
 
 
 def add_study_parser(sub: argparse._SubParsersAction) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -10,8 +9,6 @@ import numpy as np
 
 from fedsv.common.corruptions import parse_corruption
 from fedsv.coordinator.config import RunConfig
-
-logger = logging.getLogger(__name__)
 
 STUDIES = ("noisy", "backdoor", "summarize")
 PARTITIONS = ("iid", "noniid")

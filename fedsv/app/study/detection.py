@@ -17,7 +17,6 @@ a random good one (ties count 1/2): the ROC AUC of "low value" as a detector of 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -25,8 +24,6 @@ import numpy.typing as npt
 
 from fedsv.common.ranks import participant_id
 from fedsv.valuation import FederatedValuation
-
-logger = logging.getLogger(__name__)
 
 VALUE_METHODS = ("fedsv", "loo", "fedsv_normalized", "loo_normalized")
 DETECTION_METHODS = (*VALUE_METHODS, "random")

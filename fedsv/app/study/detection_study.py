@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,6 @@ from fedsv.common.corruptions import backdoor_success_rate, parse_corruption
 from fedsv.common.data import load_dataset
 from fedsv.common.models import build_model
 from fedsv.common.training import load_params
-
-logger = logging.getLogger(__name__)
 
 
 def stats(values: list[float]) -> dict[str, Any]:

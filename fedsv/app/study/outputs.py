@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,6 @@ from PIL import Image
 
 from fedsv.app.study.detection import DETECTION_METHODS, LABELS
 from fedsv.app.study.summarization import SUMMARY_METHODS
-
-logger = logging.getLogger(__name__)
 
 CSV_COLUMNS = ("study", "dataset", "partition", "model", "seed", "method", "draw", "x", "y")
 COLORS = {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from fedsv.app.launch import Launch, LaunchConfig
+from fedsv.app.launch import Launch, LaunchConfig, LaunchError
 from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.ledger import Ledger, LedgerError, RoundRecord, ValueRow
 from fedsv.coordinator.records import federated_valuation
@@ -22,7 +22,7 @@ from fedsv.valuation import FederatedValuation
 logger = logging.getLogger(__name__)
 
 
-class StudyError(RuntimeError):
+class StudyError(Exception):
     """A study cannot go on (a run failed, bad input); its message is one line for the user."""
 
 
@@ -125,7 +125,7 @@ class Runner:
         try:
             launch.start()
             code = launch.follow(lambda line: logger.debug("%s: %s", label, line))
-        except RuntimeError as exc:
+        except LaunchError as exc:
             raise StudyError(f"{label}: the run in {directory} did not start: {_last_line(exc)}") from exc
         finally:
             launch.stop()

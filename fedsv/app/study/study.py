@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,8 +15,6 @@ from fedsv.app.study.outputs import write_all
 from fedsv.app.study.runner import Runner
 from fedsv.app.study.summarize_study import run_summarization
 from fedsv.common.data import load_dataset
-
-logger = logging.getLogger(__name__)
 
 
 def run_study(study: str, config: StudyConfig, report: Callable[[str], None] = print) -> dict[str, Any]:

@@ -7,14 +7,11 @@ FedSV (or LOO), or a seeded random draw. The replays pin the selection with RunC
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
-
-logger = logging.getLogger(__name__)
 
 Q_VALUES = tuple(round(0.1 * i, 1) for i in range(10))  # 0.0, 0.1, ..., 0.9
 SUMMARY_METHODS = ("fedsv", "loo", "random")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,6 @@ from fedsv.app.study.summarization import (
     selection_spec,
 )
 from fedsv.coordinator.config import RunConfig
-
-logger = logging.getLogger(__name__)
 
 
 def _ranks(selection: dict[int, list[str]]) -> dict[int, list[int]]:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,0 +1,124 @@
+"""The import contract: fedsv.valuation < fedsv.common < fedsv.coordinator | fedsv.participant < fedsv.app."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fedsv
+
+PACKAGE = Path(fedsv.__file__).parent
+# Each layer and the layers it may import (besides itself).
+ALLOWED: dict[str, set[str]] = {
+    "fedsv.valuation": set(),
+    "fedsv.common": {"fedsv.valuation"},
+    "fedsv.coordinator": {"fedsv.valuation", "fedsv.common"},
+    "fedsv.participant": {"fedsv.valuation", "fedsv.common"},
+    "fedsv.app": {"fedsv.valuation", "fedsv.common", "fedsv.coordinator", "fedsv.participant"},
+}
+# What an installed fedsv must never leave behind: the design card's folders as top-level modules.
+OLD_TOP_LEVEL = ("valuation", "coordinator", "participant")
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a fedsv module belongs to; None for the fedsv package itself (fedsv, fedsv.__main__)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 and ".".join(parts[:2]) in ALLOWED else None
+
+
+def modules_of(layer: str) -> dict[str, Path]:
+    """Every module of a layer by name, found by walking its folder (links included)."""
+    root = PACKAGE / layer.split(".")[1]
+    out: dict[str, Path] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).with_suffix("")
+        parts = ["fedsv", *rel.parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def imported_names(module: str, path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import statement in the file, at any depth."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            out.append((node.lineno, name))
+    return out
+
+
+@pytest.mark.parametrize("layer", list(ALLOWED))
+def test_every_import_statement_respects_the_layers(layer: str) -> None:
+    """Statically, lazy imports inside functions included."""
+    bad = []
+    modules = modules_of(layer)
+    assert modules, f"no modules found for {layer}"
+    for module, path in modules.items():
+        for line, name in imported_names(module, path):
+            top = name.split(".")[0]
+            target = layer_of(name)
+            if top in OLD_TOP_LEVEL:
+                bad.append(f"{path}:{line} imports the top-level {name}")
+            elif top == "fedsv" and target is None and name != "fedsv":
+                bad.append(f"{path}:{line} imports {name}, which is in no layer")
+            elif target is not None and target != layer and target not in ALLOWED[layer]:
+                bad.append(f"{path}:{line}: {layer} must not import {name}")
+            elif layer == "fedsv.valuation" and top == "grpc":
+                bad.append(f"{path}:{line}: the valuation library imports gRPC")
+    assert not bad, "\n".join(bad)
+
+
+LOAD_LAYER = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("layer", list(ALLOWED))
+def test_importing_a_layer_loads_only_the_layers_below_it(layer: str, tmp_path: Path) -> None:
+    """In a fresh interpreter, outside the checkout: import every module of the layer, read sys.modules."""
+    modules = sorted(modules_of(layer))
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_LAYER, *modules],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = json.loads(proc.stdout)
+    assert set(modules) <= set(loaded)
+    layers = {found for name in loaded if name.startswith("fedsv.") and (found := layer_of(name))}
+    extra = layers - {layer, *ALLOWED[layer]}
+    assert not extra, f"{layer} pulled in {sorted(extra)}"
+    assert not [name for name in loaded if name.split(".")[0] in OLD_TOP_LEVEL]
+    if layer == "fedsv.valuation":
+        assert not [name for name in loaded if name.split(".")[0] == "grpc"], "fedsv.valuation loaded grpc"
+
+
+def test_the_library_entry_point() -> None:
+    """`from fedsv.valuation import shapley_values` is the documented entry point, and it works."""
+    from fedsv.valuation import ValuationSpec, shapley_values
+
+    result = shapley_values(lambda s: float(len(s) ** 2), m=4, spec=ValuationSpec(method="exact"))
+    assert result.method == "exact"
+    assert result.values.tolist() == pytest.approx([4.0] * 4)  # symmetric: U(all) = 16 split four ways

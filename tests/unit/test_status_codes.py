@@ -1,0 +1,43 @@
+"""Every reason the coordinator refuses a call for has one gRPC status code, in one table."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grpc
+
+from fedsv.common.wire import WIRE_ERROR_REASONS
+from fedsv.coordinator import run_state
+from fedsv.coordinator.status_codes import STATUS_OF_REASON, status_of
+
+
+def _rejected_reasons() -> set[str]:
+    """The first argument of every Rejected(...) RunState raises."""
+    tree = ast.parse(Path(run_state.__file__).read_text())
+    return {
+        str(node.args[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "Rejected"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+
+
+def test_every_reason_raised_has_a_status_code() -> None:
+    reasons = _rejected_reasons()
+    assert len(reasons) >= 12, reasons  # the scan found RunState's refusals
+    missing = (reasons | set(WIRE_ERROR_REASONS) | {"malformed"}) - set(STATUS_OF_REASON)
+    assert not missing
+
+
+def test_codes_say_what_went_wrong() -> None:
+    assert status_of("bad_token") == grpc.StatusCode.UNAUTHENTICATED
+    assert status_of("wrong_identity") == grpc.StatusCode.PERMISSION_DENIED
+    assert status_of("too_many_streams") == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert status_of("checksum_mismatch") == grpc.StatusCode.DATA_LOSS
+    assert status_of("duplicate") == grpc.StatusCode.ALREADY_EXISTS
+    # Nothing a participant does is answered as a server fault.
+    assert not {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN} & set(STATUS_OF_REASON.values())
