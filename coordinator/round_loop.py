@@ -23,6 +23,7 @@ from fedsv.coordinator.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.records import federated_valuation, value_rows
 from fedsv.coordinator.run_state import OpenRound, RunState
+from fedsv.valuation import FederatedValuation
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class RoundLoop:
         self.params = params_of(self.model)
         self.rng = np.random.default_rng(run.seed)
         self.schedule = run.schedule()
-        self.accounting = federated_valuation([], [])
+        self.accounting = FederatedValuation()
         self.completed = 0
         self._resume()
 

@@ -1,1 +1,1 @@
-"""Generated protobuf and gRPC code for the fedsv.v1 wire contract (regenerate with python -m fedsv.common.protogen)."""
+"""Generated protobuf and gRPC code of the fedsv.v1 wire contract (python -m fedsv.common.protogen)."""
