@@ -375,7 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     b_rows = run_sampling(sampling_rounds, exact_mlp, args.eps, args.delta, args.repeats, args.cell_budget)
     print(
         f"\ndelta = {args.delta}, utility range 1; '*' = eps raised from {args.eps} so that the cell "
-        f"fits its {args.cell_budget:g} s budget ({args.repeats} repeats); planned = plan(m, ValuationSpec(eps=eps, delta=delta)); "
+        f"fits its {args.cell_budget:g} s budget ({args.repeats} repeats); "
+        "planned = plan(m, ValuationSpec(eps=eps, delta=delta)); "
         "max abs err = worst over repeats (seeds 0..repeats-1) vs the exact values of Part A\n"
     )
     print_table(
