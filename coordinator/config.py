@@ -8,6 +8,8 @@ from typing import Any
 from fedsv.common.corruptions import parse_corruption
 from fedsv.common.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES, MIN_CHUNK_BYTES
 from fedsv.common.ranks import parse_ranks
+from fedsv.common.task import LoadedTask
+from fedsv.common.task_data import SimulationSettings, run_task
 from fedsv.valuation import ValuationSpec
 
 VALUATION_METHODS = ("auto", "exact", "permutation", "group_testing", "loo", "none")
@@ -21,6 +23,18 @@ class RunConfig:
     fraction: float = field(default=0.5, metadata={"help": "fraction C of participants selected per round"})
     rounds: int = field(default=5, metadata={"help": "training rounds T"})
     seed: int = field(default=0, metadata={"help": "seed of split, partition, selection and training"})
+    task: str = field(
+        default="",
+        metadata={"help": "MODULE:ATTR or FILE.py:ATTR of the task ('' = the paper's --model on --dataset)"},
+    )
+    validation_data: str = field(
+        default="",
+        metadata={"help": "the coordinator's validation data ('' = the --dataset simulation's split)"},
+    )
+    test_data: str = field(
+        default="",
+        metadata={"help": "test data for reported accuracy ('' = the simulation's, none with --task)"},
+    )
     dataset: str = field(default="embedded", metadata={"help": "embedded | mnist | fashion_mnist | cifar10"})
     data_dir: str = field(default="", metadata={"help": "directory holding the dataset files"})
     partition: str = field(default="iid", metadata={"help": "iid | noniid"})
@@ -51,6 +65,10 @@ class RunConfig:
             raise ValueError(f"valuation must be one of {list(VALUATION_METHODS)}, got {self.valuation!r}")
         self.corruptions()  # validates the spec
         self.schedule()  # validates the selection
+        if self.task.strip() and not self.validation_data.strip():
+            raise ValueError(
+                "task needs validation_data (--validation-data PATH: the coordinator's validation set)"
+            )
 
     @property
     def selected_per_round(self) -> int:
@@ -89,6 +107,27 @@ class RunConfig:
             missing = sorted(set(range(1, self.rounds + 1)) - set(out))
             raise ValueError(f"selection must name every round; missing {missing}")
         return out
+
+    def load_task(self) -> LoadedTask:
+        """The run's task (imported now): --task, or the paper's --model sized for --dataset."""
+        return run_task(self.task, self.model, self.dataset)
+
+    def simulation(self) -> SimulationSettings:
+        """What "simulated:DATASET" sources of this run need."""
+        return SimulationSettings(
+            self.data_dir, self.seed, self.validation_size, self.participants, self.partition
+        )
+
+    @property
+    def validation_source(self) -> str:
+        return self.validation_data.strip() or f"simulated:{self.dataset}"
+
+    @property
+    def test_source(self) -> str:
+        """Where test accuracy is measured; "" (no test set) for a --task run without --test-data."""
+        if self.test_data.strip():
+            return self.test_data.strip()
+        return "" if self.task.strip() else f"simulated:{self.dataset}"
 
     def valuation_spec(self, round_number: int) -> ValuationSpec | None:
         """How round `round_number` is valued (seeded per round); None when valuation is off."""
@@ -143,6 +182,9 @@ class ServerConfig:
         metadata={"help": "plaintext port serving only the gRPC health service (0 = ephemeral, -1 = off)"},
     )
     max_tensors: int = field(default=1024, metadata={"help": "most tensors an update may announce"})
+    max_samples_per_participant: int = field(
+        default=10_000_000, metadata={"help": "largest sample count a participant may declare at Join"}
+    )
     max_streams_per_participant: int = field(
         default=2,
         metadata={"help": "concurrent Subscribe (and SubmitUpdate) calls of one participant"},
@@ -164,6 +206,10 @@ class ServerConfig:
             )
         if self.max_tensors < 1 or self.max_streams_per_participant < 1:
             raise ValueError("max_tensors and max_streams_per_participant must be at least 1")
+        if self.max_samples_per_participant < 1:
+            raise ValueError(
+                f"max_samples_per_participant must be at least 1, got {self.max_samples_per_participant}"
+            )
         if self.tls_dir and self.insecure:
             raise ValueError("choose one of --tls-dir and --insecure, not both")
         if not self.tls_dir and not self.insecure:

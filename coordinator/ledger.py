@@ -15,13 +15,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fedsv.coordinator.records import Checkpoint, RoundRecord, TrafficRow, ValueRow
+from fedsv.coordinator.records import Checkpoint, RoundRecord, TrafficRow, UpdateRow, ValueRow
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Checkpoint", "Ledger", "LedgerError", "RoundRecord", "TrafficRow", "ValueRow"]
+__all__ = ["Checkpoint", "Ledger", "LedgerError", "RoundRecord", "TrafficRow", "UpdateRow", "ValueRow"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 2 adds the updates table (each aggregated update's sample count); a version-1 file gains it
+# when a coordinator opens it, and reads as having no update rows until then.
+_UPDATES_TABLE = (
+    "CREATE TABLE updates (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
+    "num_samples INTEGER NOT NULL CHECK (num_samples >= 1), train_seconds REAL NOT NULL, "
+    "PRIMARY KEY (round, participant))"
+)
 # FULL: in WAL mode every COMMIT fsyncs the WAL, so a round already reported (metrics, progress) also
 # survives power loss; NORMAL survives only a process crash, and a re-run of a lost round could pay
 # differently (other stragglers). The cost, one fsync per round, is noise next to a round.
@@ -53,6 +60,7 @@ _SCHEMA = [
     # `extra` is unused: it stays, always '{}', so files of schema version 1 keep one layout.
     "CREATE TABLE checkpoint (id INTEGER PRIMARY KEY CHECK (id = 1), round INTEGER NOT NULL REFERENCES "
     f"rounds(round), global_params BLOB NOT NULL, rng_state TEXT NOT NULL, extra TEXT NOT NULL){_STRICT}",
+    _UPDATES_TABLE + _STRICT,
 ]
 
 
@@ -84,6 +92,22 @@ def _check_commit(
         raise LedgerError(f"round {n}: the checkpoint needs bytes global_params and str rng_state")
 
 
+def _check_updates(record: RoundRecord, updates: Sequence[UpdateRow]) -> None:
+    for row in updates:
+        count_ok = (
+            isinstance(row.num_samples, int)
+            and not isinstance(row.num_samples, bool)
+            and row.num_samples >= 1
+        )
+        seconds_ok = isinstance(row.train_seconds, int | float) and math.isfinite(row.train_seconds)
+        if (
+            row.round != record.round
+            or row.participant not in record.received
+            or not (count_ok and seconds_ok)
+        ):
+            raise LedgerError(f"round {record.round}: bad update row {row}")
+
+
 class Ledger:
     """One run's ledger at `path` in WAL mode: one writer thread; readers open their own read_only=True."""
 
@@ -92,6 +116,7 @@ class Ledger:
         self.read_only = read_only
         self._lock = threading.Lock()
         self._empty = False
+        self._has_updates = True
         if read_only and not self.path.is_file():
             raise LedgerError(f"no ledger at {self.path}")
         target = f"{self.path.resolve().as_uri()}?mode=ro" if read_only else str(self.path)
@@ -122,11 +147,19 @@ class Ledger:
         with self._transaction(write=not self.read_only) as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             self._empty = not tables and self.read_only
+            self._has_updates = "updates" in tables or not tables
             if "meta" in tables:
                 row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                if row is None or row[0] != str(SCHEMA_VERSION):
+                if row is None or row[0] not in ("1", str(SCHEMA_VERSION)):
                     found = row[0] if row else "?"
-                    raise LedgerError(f"{self.path}: schema {found}; this fedsv reads {SCHEMA_VERSION}")
+                    raise LedgerError(f"{self.path}: schema {found}; this fedsv reads 1 and {SCHEMA_VERSION}")
+                if row[0] == "1" and not self.read_only:
+                    conn.execute(_UPDATES_TABLE + _STRICT)
+                    conn.execute(
+                        "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+                    )
+                    self._has_updates = True
+                    logger.info("ledger %s: schema 1 -> %d (updates table)", self.path, SCHEMA_VERSION)
             elif tables:
                 raise LedgerError(f"{self.path}: not a fedsv ledger (tables {sorted(tables)})")
             elif not self.read_only:
@@ -187,6 +220,7 @@ class Ledger:
         values: Sequence[ValueRow],
         traffic: Sequence[TrafficRow],
         checkpoint: Checkpoint,
+        updates: Sequence[UpdateRow] = (),
     ) -> None:
         """Write the round, its values and traffic and the checkpoint in ONE transaction: all or nothing.
 
@@ -195,6 +229,7 @@ class Ledger:
         """
         self._writable()
         _check_commit(record, values, traffic, checkpoint)
+        _check_updates(record, updates)
         row = [
             json.dumps(v) if isinstance(v, list) else None if isinstance(v, float) and math.isnan(v) else v
             for v in (getattr(record, n) for n, _ in _ROUND_FIELDS)
@@ -213,6 +248,7 @@ class Ledger:
                 conn.executemany(
                     "INSERT INTO traffic VALUES (?, ?, ?, ?, ?)", map(dataclasses.astuple, traffic)
                 )
+                conn.executemany("INSERT INTO updates VALUES (?, ?, ?, ?)", map(dataclasses.astuple, updates))
                 self._save_checkpoint(conn, checkpoint)
         except sqlite3.Error as exc:
             raise LedgerError(f"round {record.round} not recorded: {exc}") from exc
@@ -250,6 +286,12 @@ class Ledger:
     def values(self) -> list[ValueRow]:
         """Value rows by round; within a round in the order committed (the round's participant order)."""
         return [ValueRow(*r) for r in self._query("SELECT * FROM round_values ORDER BY round, rowid")]
+
+    def updates(self) -> list[UpdateRow]:
+        """Every aggregated update's declared sample count, by round and participant."""
+        if not self._has_updates:
+            return []
+        return [UpdateRow(*r) for r in self._query("SELECT * FROM updates ORDER BY round, participant")]
 
     def traffic(self) -> list[TrafficRow]:
         return [TrafficRow(*r) for r in self._query("SELECT * FROM traffic ORDER BY round, rpc, direction")]

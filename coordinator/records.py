@@ -76,6 +76,16 @@ class TrafficRow:
 
 
 @dataclass(frozen=True)
+class UpdateRow:
+    """An update a round aggregated: the sample count its participant declared (its FedAvg weight)."""
+
+    round: int
+    participant: str
+    num_samples: int
+    train_seconds: float  # the participant's own report of its local training time
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """The coordinator's state after `round` (the last completed round); only the latest is kept."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import threading
 import time
 
@@ -12,14 +13,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedsv.common.data import load_dataset
-from fedsv.common.models import build_model
 from fedsv.common.ranks import participant_id
 from fedsv.common.round_step import EvalSet, RoundOutcome, select_ranks, step_round, train_seed
+from fedsv.common.task_data import evaluation_samples
 from fedsv.common.training import evaluate, params_of
 from fedsv.common.wire import encode_tensor_set
 from fedsv.coordinator.config import RunConfig, ServerConfig
-from fedsv.coordinator.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow
+from fedsv.coordinator.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow, UpdateRow
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.records import federated_valuation, value_rows
 from fedsv.coordinator.run_state import OpenRound, RunState
@@ -68,12 +68,14 @@ class RoundLoop:
         self.run_config, self.server_config = run, server
         self.state, self.ledger, self.metrics = state, ledger, metrics
         self.stop_event = threading.Event()
-        splits = load_dataset(
-            run.dataset, run.data_dir or None, seed=run.seed, validation_size=run.validation_size
-        )
-        self.validation = EvalSet(splits.validation.x, splits.validation.y)
-        self.test = EvalSet(splits.test.x, splits.test.y)
-        self.model = build_model(run.model, splits.input_shape, splits.num_classes, seed=run.seed)
+        self.task = run.load_task()
+        self.model = self.task.build_model(run.seed)
+        validation = evaluation_samples(self.task, run.validation_source, "validation", run.simulation())
+        self.validation = EvalSet(validation.x, validation.y)
+        self.test: EvalSet | None = None
+        if run.test_source:
+            test = evaluation_samples(self.task, run.test_source, "test", run.simulation())
+            self.test = EvalSet(test.x, test.y)
         self.params = params_of(self.model)
         self.rng = np.random.default_rng(run.seed)
         self.schedule = run.schedule()
@@ -154,9 +156,12 @@ class RoundLoop:
             number,
             run.valuation_spec(number),
             self.accounting,
+            metric=self.task.metric,
         )
         clock.lap("aggregation_and_valuation")  # split by the outcome's own timings
-        accuracy, loss = evaluate(self.model, outcome.params, self.test.x, self.test.y)
+        accuracy, loss = math.nan, math.nan  # no test set: nothing to report
+        if self.test is not None:
+            accuracy, loss = evaluate(self.model, outcome.params, self.test.x, self.test.y)
         clock.lap("evaluation")
         self._record(closed, outcome, accuracy, loss, header.total_bytes, clock)
         self.params = outcome.params
@@ -209,7 +214,11 @@ class RoundLoop:
         checkpoint = Checkpoint(
             number, params_to_bytes(outcome.params), json.dumps(self.rng.bit_generator.state)
         )
-        self.ledger.commit_round(record, value_rows(values), traffic_rows, checkpoint)
+        updates = [
+            UpdateRow(number, u.participant, u.num_samples, u.train_seconds)
+            for u in sorted(closed.received.values(), key=lambda u: u.participant)
+        ]
+        self.ledger.commit_round(record, value_rows(values), traffic_rows, checkpoint, updates)
         self.metrics.observe_round(record, self.accounting.totals())
         logger.info(
             "round %d done: received %d/%d, accuracy %.4f, valuation %s %.2fs",

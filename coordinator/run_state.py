@@ -30,6 +30,7 @@ class ParticipantInfo:
     rank: int
     token: str
     host: str = ""
+    num_samples: int = 0  # declared at Join (FedAvg's weight); 0 until the participant knows it
     joined_at: float = field(default_factory=time.time)
 
 
@@ -76,12 +77,14 @@ class RunState:
         tokens: Mapping[str, str] | None = None,
         require_peer: bool = False,
         max_streams: int = 2,
+        max_samples: int = 10_000_000,
     ) -> None:
         self.world_size = world_size
         self.credential = credential
         self.tokens = dict(tokens or {})
         self.require_peer = require_peer
         self.max_streams = max_streams
+        self.max_samples = max_samples
         self.open_calls: dict[tuple[str, str], int] = defaultdict(int)
         # Each open task stream waits on its own event, set only when its participant has news (a task,
         # the run's end): one shared condition would wake every stream on every update (O(N) per event).
@@ -97,8 +100,20 @@ class RunState:
 
     # ------------------------------------------------------------------ joining
     def join(
-        self, rank: int, world_size: int, credential: str, host: str, token: str = "", peer: str | None = None
+        self,
+        rank: int,
+        world_size: int,
+        credential: str,
+        host: str,
+        token: str = "",
+        peer: str | None = None,
+        num_samples: int = 0,
     ) -> ParticipantInfo:
+        """Admit rank `rank` (a rejoin replaces its session) with its declared sample count.
+
+        The count must lie in 0..max_samples; 0 means "not known yet" (a simulated shard is derived
+        from the RunSpec this Join returns), and such a participant must join again with its count
+        before it may subscribe."""
         if self.credential and not same_secret(credential, self.credential):
             raise Rejected("bad_credential", "join credential is wrong")
         if world_size != self.world_size:
@@ -108,6 +123,11 @@ class RunState:
             )
         if not 0 <= rank < self.world_size:
             raise Rejected("bad_rank", f"rank {rank} outside 0..{self.world_size - 1}")
+        if not 0 <= num_samples <= self.max_samples:
+            raise Rejected(
+                "bad_sample_count",
+                f"num_samples must lie in 1..{self.max_samples} (0: not known yet), got {num_samples}",
+            )
         pid = participant_id(rank)
         self.check_peer(pid, peer)
         if self.tokens:
@@ -116,7 +136,7 @@ class RunState:
                 raise Rejected("bad_participant_token", f"participant token of {pid} is wrong")
         with self.cond:
             # A rejoin (reconnect) replaces the session token: only the rank's owner gets this far.
-            info = ParticipantInfo(pid, rank, secrets.token_hex(16), host)
+            info = ParticipantInfo(pid, rank, secrets.token_hex(16), host, num_samples)
             self.participants[info.participant_id] = info
             self.cond.notify_all()
         return info
@@ -152,6 +172,10 @@ class RunState:
     def open_call(self, info: ParticipantInfo, rpc: str) -> None:
         """Count a call of `rpc` by the participant; RESOURCE_EXHAUSTED past max_streams at once."""
         key = (info.participant_id, rpc)
+        if rpc == "Subscribe" and info.num_samples == 0:
+            raise Rejected(
+                "undeclared_samples", f"{info.participant_id} must declare its sample count at Join"
+            )
         with self.cond:
             if self.open_calls[key] >= self.max_streams:
                 raise Rejected(
@@ -259,6 +283,12 @@ class RunState:
                 )
             if num_samples <= 0:
                 raise Rejected("bad_header", f"num_samples must be positive, got {num_samples}")
+            if num_samples != info.num_samples:
+                raise Rejected(
+                    "sample_count_mismatch",
+                    f"{info.participant_id} declared {info.num_samples} samples at Join, "
+                    f"the update says {num_samples}",
+                )
             return current
 
     def accept_update(

@@ -58,6 +58,7 @@ def make_run_spec(run: RunConfig, run_id: str, max_chunk_bytes: int) -> dict[int
             corruption=corruptions.get(rank, "none"),
             max_chunk_bytes=max_chunk_bytes,
             validation_size=run.validation_size,
+            task=run.task,
         )
         for rank in range(run.participants)
     }
@@ -94,6 +95,7 @@ class Coordinator:
             tokens=read_tokens(server.tokens_file) if server.tokens_file else None,
             require_peer=bool(server.tls_dir) and server.tls_client_auth,
             max_streams=server.max_streams_per_participant,
+            max_samples=server.max_samples_per_participant,
         )
         self.state.on_connected = self.metrics.set_connected
         self.loop = RoundLoop(run, server, self.state, self.ledger, self.metrics)

@@ -87,6 +87,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
                 request.host,
                 request.participant_token,
                 peer_identity(context.auth_context()),
+                num_samples=request.num_samples,
             )
         except Rejected as exc:
             self._refuse(context, exc.reason, str(exc))

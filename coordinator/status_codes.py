@@ -20,6 +20,10 @@ STATUS_OF_REASON: dict[str, grpc.StatusCode] = {
     "round_closed": grpc.StatusCode.FAILED_PRECONDITION,
     "not_selected": grpc.StatusCode.PERMISSION_DENIED,
     "duplicate": grpc.StatusCode.ALREADY_EXISTS,
+    # how many samples it has (declared at Join, FedAvg's weight)
+    "bad_sample_count": grpc.StatusCode.INVALID_ARGUMENT,
+    "undeclared_samples": grpc.StatusCode.FAILED_PRECONDITION,
+    "sample_count_mismatch": grpc.StatusCode.INVALID_ARGUMENT,
     # what it sends (the header, and the wire codec's WireError reasons)
     "bad_header": grpc.StatusCode.INVALID_ARGUMENT,
     "unexpected_tensors": grpc.StatusCode.INVALID_ARGUMENT,

@@ -14,7 +14,9 @@ import torch
 
 from fedsv.common.certs import read_tokens
 from fedsv.common.ranks import participant_id
+from fedsv.common.task import load_task
 from fedsv.common.tls import channel_credentials, rank_token
+from fedsv.participant.local import LocalSettings, preload
 from fedsv.participant.ranks import resolve_ranks
 from fedsv.participant.worker import RankWorker
 
@@ -67,7 +69,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--tls-server-name", default="", help="expect this name in the coordinator's certificate"
     )
-    parser.add_argument("--data-dir", default="", help="directory with the dataset files (not for embedded)")
+    parser.add_argument(
+        "--task", default="", help="the run's task, MODULE:ATTR or FILE.py:ATTR (default: the built-in one)"
+    )
+    parser.add_argument(
+        "--data",
+        default="",
+        help="this rank's own data: a file or folder, '{rank}' filled in per rank "
+        "(e.g. data/part{rank}.npz); default: the run's simulated shard (simulated:DATASET)",
+    )
+    parser.add_argument("--data-dir", default="", help="directory of the simulated data set's files")
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads per process (1 = deterministic)"
     )
@@ -82,7 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.rank, args.world_size, args.ranks, ranks_per_process=args.ranks_per_process
         )
         tokens = _tokens(args, assignment.ranks)
-    except ValueError as exc:
+        local = LocalSettings(task=args.task, data=args.data, data_dir=args.data_dir)
+        task = load_task(args.task) if args.task.strip() else None
+        samples = {rank: preload(local, task, rank) for rank in assignment.ranks}  # bad files: fail now
+    except ValueError as exc:  # TaskError and DataError too
         print(f"participant: error: {exc}", file=sys.stderr)
         return 2
     torch.set_num_threads(max(1, args.threads))
@@ -99,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             rank,
             assignment.world_size,
             credential=args.credential,
-            data_dir=args.data_dir,
+            local=local,
+            task=task,
+            samples=samples[rank],
             give_up_after=args.give_up_after,
             stop=stop,
             tls_dir=args.tls_dir,

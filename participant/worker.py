@@ -10,14 +10,15 @@ import time
 from collections.abc import Iterator
 
 import grpc
+from torch import Tensor
 
+from fedsv.common.data.sources import Samples
 from fedsv.common.limits import DEFAULT_CHUNK_BYTES, GRPC_MESSAGE_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES
-from fedsv.common.models import build_model
-from fedsv.common.shards import cached_splits, load_shard
+from fedsv.common.task import LoadedTask
 from fedsv.common.tls import channel_credentials
-from fedsv.common.training import TrainConfig, local_update
 from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.common.wire import TensorSetAssembler, encode_tensor_set, iter_chunks
+from fedsv.participant.local import LocalRank, LocalSettings, LocalSetupError
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +45,6 @@ RETRYABLE = {
 }
 # A Join refused for who we are (credential, token, certificate) will be refused again: give up.
 JOIN_REFUSED = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
-# local_update seeds torch's process-global RNG (dropout): ranks of one process train one at a time so
-# every rank's delta is the same whichever ranks share its process. Processes give the parallelism.
-_TRAIN_LOCK = threading.Lock()
 
 
 class JoinRefused(Exception):
@@ -83,7 +81,9 @@ class RankWorker:
         world_size: int,
         *,
         credential: str = "",
-        data_dir: str = "",
+        local: LocalSettings | None = None,
+        task: LoadedTask | None = None,
+        samples: Samples | None = None,
         give_up_after: float = 600.0,
         stop: threading.Event | None = None,
         tls_dir: str = "",
@@ -91,13 +91,16 @@ class RankWorker:
         server_name: str = "",
     ) -> None:
         """tls_dir "" means plaintext; otherwise trust its ca.pem and present pNNN.pem/.key if it has them.
-        `token` is the rank's own participant token (runs with per-participant tokens)."""
+        `token` is the rank's own participant token (runs with per-participant tokens). `local` says
+        which task and data the rank uses; `task` and `samples`, when given, are already loaded."""
         self.target, self.rank, self.world_size = target, rank, world_size
-        self.credential, self.data_dir, self.give_up_after = credential, data_dir, give_up_after
+        self.credential, self.give_up_after = credential, give_up_after
+        self.local_settings = local or LocalSettings()
+        self._task, self._samples = task, samples
         self.tls_dir, self.token, self.server_name = tls_dir, token, server_name
         self.stop = stop or threading.Event()
         self.rounds_trained: list[int] = []
-        self._shard: tuple | None = None  # (shard, corruption, model, train config)
+        self._local: LocalRank | None = None
 
     def run(self) -> str:
         """Returns the coordinator's end reason, or why this rank gave up."""
@@ -116,6 +119,9 @@ class RankWorker:
                 except JoinRefused as exc:
                     logger.error("rank %d: coordinator refused our Join: %s", self.rank, exc)
                     return f"refused: {exc.code.name}"
+                except LocalSetupError as exc:
+                    logger.error("rank %d: cannot take part: %s", self.rank, exc)
+                    return f"error: {exc}"
                 except grpc.RpcError as exc:
                     code = exc.code()
                     if code not in RETRYABLE:
@@ -141,11 +147,10 @@ class RankWorker:
         logger.info("rank %d: TLS to %s (%s)", self.rank, self.target, "mutual" if mutual else "server only")
         return grpc.secure_channel(self.target, credentials, options=options)
 
-    def _session(self, stub: fedsv_pb2_grpc.CoordinatorStub) -> str | None:
-        """Join and follow the task stream; None if the stream ended without the end of the run."""
-        num_samples = len(self._shard[0]) if self._shard else 0
+    def _join(self, stub: fedsv_pb2_grpc.CoordinatorStub, num_samples: int) -> fedsv_pb2.JoinReply:
+        """Join as this rank, declaring `num_samples` (0 while a simulated shard is not derived yet)."""
         try:
-            reply = stub.Join(
+            reply: fedsv_pb2.JoinReply = stub.Join(
                 fedsv_pb2.JoinRequest(
                     rank=self.rank,
                     world_size=self.world_size,
@@ -161,8 +166,19 @@ class RankWorker:
                 raise JoinRefused(exc.code(), exc.details()) from exc
             raise
         self.joined_at = time.time()
-        if self._shard is None:
-            self._prepare(reply.run)
+        return reply
+
+    def _session(self, stub: fedsv_pb2_grpc.CoordinatorStub) -> str | None:
+        """Join and follow the task stream; None if the stream ended without the end of the run."""
+        known = self._local.samples if self._local else self._samples
+        reply = self._join(stub, len(known) if known is not None else 0)
+        if self._local is None:
+            self._local = LocalRank.prepare(
+                self.rank, reply.run, self.local_settings, self._task, self._samples
+            )
+            logger.info("rank %d: %d local samples", self.rank, len(self._local.samples))
+            if known is None:  # the shard is derived now: declare its size
+                reply = self._join(stub, len(self._local.samples))
         assembler: TensorSetAssembler | None = None
         task: fedsv_pb2.RoundTask | None = None
         received = 0
@@ -191,37 +207,18 @@ class RankWorker:
                 return "stopped"
         return None
 
-    def _prepare(self, run: fedsv_pb2.RunSpec) -> None:
-        splits = cached_splits(run.dataset, self.data_dir, run.seed, run.validation_size)
-        shard, corruption = load_shard(
-            splits, self.rank, run.world_size, run.partition, run.seed, run.corruption
-        )
-        model = build_model(run.model, splits.input_shape, splits.num_classes, seed=run.seed)
-        config = TrainConfig(
-            epochs=run.train.epochs,
-            batch_size=run.train.batch_size,
-            lr=run.train.lr,
-            momentum=run.train.momentum,
-            weight_decay=run.train.weight_decay,
-        )
-        self._shard = (shard, corruption, model, config)
-        logger.info("rank %d: %d local samples (%s)", self.rank, len(shard), run.corruption)
-
     def _train_and_submit(
         self,
         stub: fedsv_pb2_grpc.CoordinatorStub,
         reply: fedsv_pb2.JoinReply,
         task: fedsv_pb2.RoundTask,
-        params: dict,
+        params: dict[str, Tensor],
     ) -> None:
-        assert self._shard is not None
-        shard, corruption, model, config = self._shard
-        with _TRAIN_LOCK:
-            started = time.time()
-            delta = local_update(
-                model, params, shard.x, shard.y, config, seed=task.train_seed, corruption=corruption
-            )
-            seconds = time.time() - started
+        local = self._local
+        assert local is not None
+        started = time.time()
+        delta = local.train(params, task, reply.run.train)
+        seconds = time.time() - started
         chunk_bytes = min(reply.run.max_chunk_bytes or DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_BYTES)
         header, payloads = encode_tensor_set(delta, chunk_bytes=chunk_bytes)
 
@@ -231,7 +228,7 @@ class RankWorker:
                     participant_id=reply.participant_id,
                     session_token=reply.session_token,
                     round=task.round,
-                    num_samples=len(shard),
+                    num_samples=len(local.samples),
                     delta=header,
                     train_seconds=seconds,
                 )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -13,38 +14,42 @@ from torch.func import functional_call, vmap
 
 from fedsv.valuation import stacked_head
 from fedsv.valuation.game import BoolMatrix, FloatArray, Game
-from fedsv.valuation.round_inputs import RoundInputs, coalition_weights, score_logits
+from fedsv.valuation.round_inputs import Metric, RoundInputs, coalition_weights, score_logits
+from fedsv.valuation.stem_split import StemSplit, split_stem
 
 logger = logging.getLogger(__name__)
 
 MODES = ("fast", "batched", "naive")
 
 
-def _has_linear_stem(model: nn.Module) -> bool:
-    """True if the model exposes prepare/stem/head with a stem that is linear in its parameters."""
-    stem = getattr(model, "stem", None)
-    if isinstance(stem, nn.Conv2d) and stem.groups != 1:
-        return False  # _stem_outputs stacks the deltas along the output channels: groups=1 only
-    return (
-        isinstance(stem, (nn.Linear, nn.Conv2d))
-        and isinstance(getattr(model, "head", None), nn.Module)
-        and callable(getattr(model, "prepare", None))
-    )
-
-
 class RoundGame(Game):
     """The federated-SV game of one round, evaluated on a validation set.
 
     U(S) = metric(w_t + server_lr * aggregate_{i in S}(delta_i)), U(empty) = metric(w_t), with the
-    coordinator's aggregation rule ("fedavg": weighted by sample counts over S; "uniform").
+    coordinator's aggregation rule ("fedavg": weighted by sample counts over S; "uniform"). The metric
+    is "accuracy", "neg_loss" (mean log-likelihood of the labels) or a callable (logits (n, classes),
+    y (n,)) -> per-sample scores (n,), U = their mean.
+
+    What a coalition's model is: the model's federated state is its named parameters plus its
+    floating-point buffers (by state_dict name, e.g. BatchNorm's running_mean and running_var);
+    `global_params` and every delta must hold exactly those tensors. Coalition S's model has parameters
+    AND float buffers w_t + server_lr * aggregate_S(deltas) and is evaluated in eval mode, so BatchNorm
+    normalizes with the aggregated running statistics. Integer buffers (num_batches_tracked) are
+    local: every mode uses the model's own.
 
     Modes (all give the same utilities up to float rounding; tests compare them):
-      - "fast": the first layer is linear in its weights, so the validation set's stem outputs are
-        computed once for w_t and once for each delta; a coalition's stem output is their
-        weighted sum. The rest of the network runs for a batch of coalitions at once (stacked
-        parameters, vmap -> batched matmul / grouped conv). Needs a model with prepare/stem/head.
+      - "fast": the model is an nn.Sequential (nested ones flattened) whose first layer with
+        parameters (the stem) is an nn.Linear or an nn.Conv2d with groups == 1, preceded only by
+        nn.Flatten / nn.Unflatten / nn.Identity (see stem_split). The stem is linear in its
+        parameters, so its outputs on the validation set are computed once for w_t and once for each
+        delta, and a coalition's stem output is their weighted sum. The layers after it (the head;
+        buffers allowed) run for a batch of coalitions at once: stacked parameters with batched
+        matmul (stacked_head) where every head layer is supported, torch.func.vmap otherwise.
       - "batched": stacked parameters and vmap over the whole model (any nn.Module).
       - "naive": one model rebuilt per coalition (the straightforward reference).
+    The requested mode is a ceiling: "fast" falls back to "batched" for a model without a stem split
+    (or whose head fails under vmap), and "batched" to "naive" when vmap fails on the model; the
+    choice and its reason are logged at INFO.
     """
 
     def __init__(
@@ -56,7 +61,7 @@ class RoundGame(Game):
         x_val: Tensor | np.ndarray,
         y_val: Tensor | np.ndarray,
         *,
-        metric: str = "accuracy",
+        metric: Metric = "accuracy",
         aggregation: str = "fedavg",
         server_lr: float = 1.0,
         mode: str = "fast",
@@ -69,38 +74,87 @@ class RoundGame(Game):
         super().__init__(len(self.inputs.deltas))
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {list(MODES)}")
-        if mode == "fast" and not _has_linear_stem(model):
-            logger.info("model has no linear stem/head split; using mode='batched'")
-            mode = "batched"
         if memory_budget_mb <= 0:
             raise ValueError(f"memory_budget_mb must be positive, got {memory_budget_mb}")
-        self.mode = mode
         self.model = model
         self._budget_floats = int(memory_budget_mb * 2**20 / 4)
         self._working_set = max(1, int(working_set_floats))
         self._stem_cache: list[tuple[int, Tensor, Tensor]] | None = None
+        self._stem_features: int | None = None
+        self._split: StemSplit | None = None
+        self._use_stacked = False
+        self.mode, reason = self._choose_mode(mode)
+        logger.info("RoundGame mode %r: %s", self.mode, reason)
 
-    # ---------------------------------------------------------------- dispatch
-    def _evaluate(self, members: BoolMatrix) -> FloatArray:
-        coeffs = coalition_weights(members, self.inputs)
+    # ---------------------------------------------------------------- mode choice
+    @contextmanager
+    def _eval_mode(self) -> Iterator[None]:
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad():
-                if self.mode == "fast":
-                    scores = self._evaluate_fast(coeffs)
-                elif self.mode == "batched":
-                    scores = self._evaluate_batched(coeffs)
-                else:
-                    scores = self._evaluate_naive(coeffs)
+                yield
         finally:
             self.model.train(was_training)
+
+    def _fails(self, probe: Callable[[], object]) -> str | None:
+        """None if the probe runs, otherwise why not (its exception, shortened)."""
+        try:
+            with self._eval_mode():
+                probe()
+        except Exception as exc:  # any failure of vmap on this model means: do not use it
+            message = " ".join(str(exc).split())
+            return f"{type(exc).__name__}: {message[:200]}"
+        return None
+
+    def _choose_mode(self, requested: str) -> tuple[str, str]:
+        """The mode this game runs in and why."""
+        probe_coeffs = torch.zeros((2, self.m), dtype=self.inputs.weights.dtype)
+        probe_coeffs[1] = coalition_weights(np.ones((1, self.m), dtype=bool), self.inputs)[0]
+        x_probe = self.inputs.x_val[:2]
+        why = ""
+        if requested == "fast":
+            split, found = split_stem(self.model, self.inputs.names)
+            if split is not None and isinstance(split.stem, nn.Conv2d):
+                with self._eval_mode():
+                    dims = split.prepare(x_probe).dim()
+                if dims != 4:
+                    split, found = None, f"{found}, but its Conv2d input has {dims} dimensions, not 4"
+            if split is not None:
+                self._split = split
+                if stacked_head.supports(split.head):
+                    self._use_stacked = True
+                    return "fast", f"{found}; head by stacked matmul"
+                failure = self._fails(lambda: self._head_logits(probe_coeffs, *self._stem_outputs(x_probe)))
+                if failure is None:
+                    return "fast", f"{found}; head by vmap (a layer the stacked executor does not implement)"
+                self._split = None
+                found = f"{found}, but its head fails under vmap ({failure})"
+            why = f"no fast path: {found}; "
+            requested = "batched"
+        if requested == "batched":
+            failure = self._fails(lambda: self._batched_logits(probe_coeffs, x_probe))
+            if failure is None:
+                return "batched", f"{why}vmap over the whole model"
+            return "naive", f"{why}vmap over the model fails ({failure}); one model per coalition"
+        return "naive", "one model per coalition, as requested"
+
+    # ---------------------------------------------------------------- dispatch
+    def _evaluate(self, members: BoolMatrix) -> FloatArray:
+        coeffs = coalition_weights(members, self.inputs)
+        with self._eval_mode():
+            if self.mode == "fast":
+                scores = self._evaluate_fast(coeffs)
+            elif self.mode == "batched":
+                scores = self._evaluate_batched(coeffs)
+            else:
+                scores = self._evaluate_naive(coeffs)
         return scores / float(self.inputs.num_samples)
 
     # ---------------------------------------------------------------- helpers
-    def _stacked(self, names: Sequence[str], coeffs: Tensor, prefix: str = "") -> dict[str, Tensor]:
-        """Parameters of each coalition in the batch: p0 + coeffs @ deltas, shape (B, *p0.shape)."""
-        return {name[len(prefix) :]: self._stacked_one(name, coeffs) for name in names}
+    def _stacked(self, names: Iterable[str], coeffs: Tensor) -> dict[str, Tensor]:
+        """State of each coalition in the batch: p0 + coeffs @ deltas, shape (B, *p0.shape)."""
+        return {name: self._stacked_one(name, coeffs) for name in names}
 
     def _stacked_one(self, name: str, coeffs: Tensor) -> Tensor:
         base = self.inputs.global_params[name]
@@ -108,16 +162,27 @@ class RoundGame(Game):
         return flat.reshape(-1, *base.shape)
 
     # ---------------------------------------------------------------- fast: linear stem
+    def _split_or_fail(self) -> StemSplit:
+        assert self._split is not None, "mode 'fast' without a stem split"
+        return self._split
+
     def _stem_outputs(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Stem outputs of a validation chunk for w_t, shape (n, *F), and per delta, (m, n, *F)."""
-        stem, prepared = self._stem(), self.model.prepare(x)  # type: ignore[operator]
-        names = [k for k, _ in stem.named_parameters()]
-        base = functional_call(stem, {k: self.inputs.global_params[f"stem.{k}"] for k in names}, (prepared,))
-        # All deltas in one call: stack them along the layer's output dimension.
-        stacked = {k: torch.cat([d[f"stem.{k}"] for d in self.inputs.deltas], dim=0) for k in names}
-        out = functional_call(stem, stacked, (prepared,))  # (n, m*out, ...)
-        out = out.reshape(out.shape[0], self.m, -1, *out.shape[2:]).transpose(0, 1).contiguous()
-        return base, out
+        split = self._split_or_fail()
+        prepared = split.prepare(x)
+        glob = self.inputs.global_params
+        base = functional_call(
+            split.stem, {k: glob[full] for k, full in split.stem_names.items()}, (prepared,)
+        )
+        # All deltas in one call: stack them along the layer's output features (rows of weight and bias).
+        stacked = {
+            k: self.inputs.delta_matrix(full).reshape(-1, *glob[full].shape[1:])
+            for k, full in split.stem_names.items()
+        }
+        out = functional_call(split.stem, stacked, (prepared,))  # (n, m*out, ...) or (n, ..., m*out)
+        dim = split.stem_output_dim()
+        out = out.unflatten(dim, (self.m, -1)).movedim(dim if dim >= 0 else dim - 1, 0)
+        return base, out.contiguous()
 
     def _stem_chunks(self, chunk: int) -> Iterable[tuple[int, Tensor, Tensor]]:
         """(start, w_t stem output, per-delta stem outputs) per validation chunk.
@@ -134,21 +199,31 @@ class RoundGame(Game):
             return self._stem_cache
         return ((s, *self._stem_outputs(x[s : s + chunk])) for s in starts)
 
-    def _stem(self) -> nn.Module:
-        stem = self.model.stem
-        assert isinstance(stem, nn.Module)
-        return stem
-
     def _stem_floats(self) -> int:
         """Numbers in one sample's stem output."""
-        with torch.no_grad():
-            return int(self._stem()(self.model.prepare(self.inputs.x_val[:1])).numel())  # type: ignore[operator]
+        if self._stem_features is None:
+            split = self._split_or_fail()
+            self._stem_features = int(split.stem(split.prepare(self.inputs.x_val[:1])).numel())
+        return self._stem_features
+
+    def _head_logits(self, c: Tensor, base: Tensor, per_delta: Tensor) -> Tensor:
+        """Logits (B, n, classes) of B coalitions with coefficients c from a chunk's stem outputs."""
+        split = self._split_or_fail()
+        h = torch.addmm(base.reshape(1, -1), c, per_delta.reshape(self.m, -1)).reshape(
+            c.shape[0], *base.shape
+        )
+        names = split.head_names
+        if self._use_stacked:
+            return stacked_head.run_stacked(split.head, lambda name: self._stacked_one(names[name], c), h)
+
+        def run_head(state: dict[str, Tensor], inputs: Tensor) -> Tensor:
+            return functional_call(split.head, state, (inputs,))
+
+        state = {rel: self._stacked_one(full, c) for rel, full in names.items()}
+        return vmap(run_head)(state, h)
 
     def _evaluate_fast(self, coeffs: Tensor) -> FloatArray:
-        head = self.model.head
-        assert isinstance(head, nn.Module)
-        head_names = [n for n in self.inputs.names if n.startswith("head.")]
-        use_stacked = isinstance(head, nn.Sequential) and stacked_head.supports(head)
+        head = self._split_or_fail().head
         totals = np.zeros(coeffs.shape[0], dtype=np.float64)
         y = self.inputs.y_val
         features = self._stem_floats()
@@ -160,44 +235,31 @@ class RoundGame(Game):
             # Matmul heads: keep a batch's activations cache-sized.
             chunk = max(1, min(self.inputs.num_samples, self._working_set // (16 * features)))
             batch = max(1, min(256, self._working_set // (chunk * features)))
-
-        def run_head(params: dict[str, Tensor], h: Tensor) -> Tensor:
-            return functional_call(head, params, (h,))
-
         for start, base, per_delta in self._stem_chunks(chunk):
             n_c = base.shape[0]
-            flat_delta = per_delta.reshape(self.m, -1)
             for b0 in range(0, coeffs.shape[0], batch):
-                c = coeffs[b0 : b0 + batch]
-                h = torch.addmm(base.reshape(1, -1), c, flat_delta).reshape(c.shape[0], *base.shape)
-                if use_stacked:
-                    logits = stacked_head.run_stacked(
-                        head,  # type: ignore[arg-type]
-                        lambda name, c=c: self._stacked_one(f"head.{name}", c),  # type: ignore[misc]
-                        h,
-                    )
-                else:
-                    logits = vmap(run_head)(self._stacked(head_names, c, prefix="head."), h)
+                logits = self._head_logits(coeffs[b0 : b0 + batch], base, per_delta)
                 totals[b0 : b0 + batch] += score_logits(logits, y[start : start + n_c], self.inputs.metric)
         return totals
 
     # ---------------------------------------------------------------- batched: vmap whole model
-    def _evaluate_batched(self, coeffs: Tensor) -> FloatArray:
+    def _batched_logits(self, c: Tensor, x: Tensor) -> Tensor:
+        """Logits (B, n, classes): the whole model under vmap, parameters and float buffers stacked."""
         model = self.model
+
+        def run(state: dict[str, Tensor], inputs: Tensor) -> Tensor:
+            return functional_call(model, state, (inputs,))  # integer buffers: the model's own
+
+        return vmap(run, in_dims=(0, None))(self._stacked(self.inputs.names, c), x)
+
+    def _evaluate_batched(self, coeffs: Tensor) -> FloatArray:
         x, y = self.inputs.x_val, self.inputs.y_val
         totals = np.zeros(coeffs.shape[0], dtype=np.float64)
-        buffers = dict(model.named_buffers())
-        probe = model(x[:1]).numel()
+        probe = self.model(x[:1]).numel()
         batch = max(1, self._budget_floats // max(1, 3 * x.shape[0] * max(probe, int(x[:1].numel()))))
-
-        def run(params: dict[str, Tensor], inputs: Tensor) -> Tensor:
-            return functional_call(model, {**params, **buffers}, (inputs,))
-
         for b0 in range(0, coeffs.shape[0], batch):
             c = coeffs[b0 : b0 + batch]
-            params = self._stacked(self.inputs.names, c)
-            logits = vmap(run, in_dims=(0, None))(params, x)
-            totals[b0 : b0 + batch] += score_logits(logits, y, self.inputs.metric)
+            totals[b0 : b0 + batch] += score_logits(self._batched_logits(c, x), y, self.inputs.metric)
         return totals
 
     # ---------------------------------------------------------------- naive: one model per coalition
@@ -205,9 +267,9 @@ class RoundGame(Game):
         x, y = self.inputs.x_val, self.inputs.y_val
         totals = np.zeros(coeffs.shape[0], dtype=np.float64)
         for b in range(coeffs.shape[0]):
-            params = self._stacked(self.inputs.names, coeffs[b : b + 1])
+            state = self._stacked(self.inputs.names, coeffs[b : b + 1])
             rebuilt = copy.deepcopy(self.model)
-            rebuilt.load_state_dict({name: value[0] for name, value in params.items()}, strict=False)
+            rebuilt.load_state_dict({name: value[0] for name, value in state.items()}, strict=False)
             rebuilt.eval()
             totals[b] = score_logits(rebuilt(x)[None], y, self.inputs.metric)[0]
         return totals

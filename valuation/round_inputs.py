@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,6 +14,23 @@ from fedsv.valuation.game import BoolMatrix, FloatArray
 
 METRICS = ("accuracy", "neg_loss")
 AGGREGATIONS = ("fedavg", "uniform")
+
+Metric = str | Callable[[Tensor, Tensor], Tensor]
+"""A metric name in METRICS, or (logits (n, classes), y (n,)) -> per-sample scores (n,); U = mean score."""
+
+
+def federated_state(model: nn.Module) -> dict[str, Tensor]:
+    """The tensors a round moves: named parameters and floating-point buffers, by state_dict name.
+
+    Integer buffers (BatchNorm's num_batches_tracked) and non-persistent buffers stay with each copy of
+    the model. fedsv.common.training.params_of follows the same rule.
+    """
+    persistent = model.state_dict(keep_vars=True)
+    state: dict[str, Tensor] = dict(model.named_parameters())
+    for name, buffer in model.named_buffers():
+        if buffer.is_floating_point() and name in persistent:
+            state[name] = buffer
+    return state
 
 
 def _as_tensor(value: Tensor | np.ndarray, what: str) -> Tensor:
@@ -26,7 +43,10 @@ def _as_tensor(value: Tensor | np.ndarray, what: str) -> Tensor:
 
 @dataclass
 class RoundInputs:
-    """Everything a round's utility needs, checked once: names, shapes, dtypes, finiteness."""
+    """Everything a round's utility needs, checked once: names, shapes, dtypes, finiteness.
+
+    `names` are the model's federated state (federated_state): parameters and floating-point buffers.
+    """
 
     names: list[str]
     global_params: dict[str, Tensor]
@@ -35,7 +55,7 @@ class RoundInputs:
     server_lr: float
     x_val: Tensor
     y_val: Tensor
-    metric: str
+    metric: Metric
     _delta_matrices: dict[str, Tensor] = field(default_factory=dict)
 
     @property
@@ -43,7 +63,7 @@ class RoundInputs:
         return int(self.y_val.shape[0])
 
     def delta_matrix(self, name: str) -> Tensor:
-        """The m deltas of one parameter as a (m, numel) matrix, built once."""
+        """The m deltas of one tensor as a (m, numel) matrix, built once."""
         if name not in self._delta_matrices:
             self._delta_matrices[name] = torch.stack([d[name].reshape(-1) for d in self.deltas])
         return self._delta_matrices[name]
@@ -57,12 +77,17 @@ class RoundInputs:
         sample_counts: Sequence[float],
         x_val: Tensor | np.ndarray,
         y_val: Tensor | np.ndarray,
-        metric: str,
+        metric: Metric,
         aggregation: str,
         server_lr: float,
     ) -> RoundInputs:
-        if metric not in METRICS:
-            raise ValueError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
+        if isinstance(metric, str):
+            if metric not in METRICS:
+                raise ValueError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
+        elif not callable(metric):
+            raise ValueError(
+                f"metric must be a name in {list(METRICS)} or a callable, not {type(metric).__name__}"
+            )
         if aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {list(AGGREGATIONS)}")
         if not math.isfinite(server_lr) or server_lr <= 0:
@@ -75,8 +100,8 @@ class RoundInputs:
         if not np.all(np.isfinite(counts)) or np.any(counts <= 0):
             raise ValueError("sample counts must be positive and finite")
 
-        names = [name for name, _ in model.named_parameters()]
-        reference = dict(model.named_parameters())
+        reference = federated_state(model)
+        names = list(reference)
         glob = cls._check_params(global_params, reference, "global model")
         dtype = next(iter(glob.values())).dtype
         checked = [cls._check_params(d, reference, f"delta {i}", dtype) for i, d in enumerate(deltas)]
@@ -129,8 +154,19 @@ def coalition_weights(members: BoolMatrix, inputs: RoundInputs) -> Tensor:
     return coeffs * inputs.server_lr
 
 
-def score_logits(logits: Tensor, y: Tensor, metric: str) -> FloatArray:
+def score_logits(logits: Tensor, y: Tensor, metric: Metric) -> FloatArray:
     """Sum over samples of the per-sample score, per coalition; logits has shape (B, n, classes)."""
+    if callable(metric):
+        totals = np.zeros(logits.shape[0], dtype=np.float64)
+        for b in range(logits.shape[0]):
+            scores = metric(logits[b], y)
+            if not isinstance(scores, Tensor) or tuple(scores.shape) != (y.shape[0],):
+                shape = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+                raise ValueError(
+                    f"metric must return one score per sample, shape ({y.shape[0]},); got {shape}"
+                )
+            totals[b] = float(scores.detach().to(torch.float64).sum())
+        return totals
     if metric == "accuracy":
         correct = (logits.argmax(dim=-1) == y.unsqueeze(0)).sum(dim=1)
         return correct.to(torch.float64).numpy()

@@ -15,15 +15,21 @@ _STATELESS = (nn.ReLU, nn.Flatten, nn.Dropout, nn.Dropout2d, nn.MaxPool2d, nn.Id
 
 
 def supports(head: nn.Module) -> bool:
-    """True if every layer of the head is one the stacked executor implements."""
-    if not isinstance(head, nn.Sequential):
+    """True if every layer of the head is one the stacked executor implements.
+
+    Layers must be exactly the known classes (a subclass may override forward) with nothing attached:
+    no forward hooks (the executor never calls the layer) and no parametrizations.
+    """
+    if not isinstance(head, nn.Sequential) or type(head).forward is not nn.Sequential.forward:
         return False
     for layer in head:
-        if isinstance(layer, nn.Flatten) and layer.start_dim != 1:
+        if type(layer) not in (nn.Linear, nn.Conv2d, *_STATELESS):
+            return False
+        if layer._forward_hooks or layer._forward_pre_hooks:
+            return False
+        if isinstance(layer, nn.Flatten) and (layer.start_dim != 1 or layer.end_dim != -1):
             return False
         if isinstance(layer, nn.Conv2d) and (layer.padding_mode != "zeros" or isinstance(layer.padding, str)):
-            return False
-        if not isinstance(layer, (nn.Linear, nn.Conv2d, *_STATELESS)):
             return False
     return True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -9,12 +10,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsv.common.corruptions import parse_corruption
-from fedsv.common.data import load_dataset
-from fedsv.common.models import build_model
 from fedsv.common.ranks import participant_id
 from fedsv.common.round_step import ClientUpdate, EvalSet, select_ranks, step_round, train_seed
-from fedsv.common.shards import load_shard
-from fedsv.common.training import TrainConfig, evaluate, local_update, params_of
+from fedsv.common.task import TrainContext
+from fedsv.common.task_data import evaluation_samples, rank_samples, rank_source
+from fedsv.common.training import evaluate, params_of
 from fedsv.coordinator.config import RunConfig
 from fedsv.valuation import FederatedValuation, RoundValues
 
@@ -23,6 +23,12 @@ from fedsv.valuation import FederatedValuation, RoundValues
 class DemoConfig(RunConfig):
     """A run's settings (every RunConfig field, as for `fedsv launch`) plus two demo shortcuts."""
 
+    data: str = field(
+        default="",
+        metadata={
+            "help": "each participant's own data, {rank} filled in; '' = simulated shards of --dataset"
+        },
+    )
     noisy: int = field(default=0, metadata={"help": "the first K ranks train on corrupted data"})
     corruption: str = field(default="flip:0.5", metadata={"help": "corruption of the noisy ranks"})
 
@@ -53,44 +59,40 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
     The same seeded draws and the same round step as the coordinator (fedsv.common.round_step), so a
     `fedsv launch` of the same settings gives the same selections, models and values.
     """
-    splits = load_dataset(
-        config.dataset, config.data_dir or None, seed=config.seed, validation_size=config.validation_size
-    )
-    model = build_model(config.model, splits.input_shape, splits.num_classes, seed=config.seed)
+    task = config.load_task()
+    model = task.build_model(config.seed)
     global_params = params_of(model)
-    train_config = TrainConfig(epochs=config.epochs, batch_size=config.batch_size, lr=config.lr)
+    settings = config.simulation()
     corrupt = config.corruptions()
-    shards = [
-        load_shard(
-            splits, rank, config.participants, config.partition, config.seed, corrupt.get(rank, "none")
+    ranks = [
+        rank_samples(
+            task, rank_source(config.data, rank, config.dataset), rank, settings, corrupt.get(rank, "none")
         )
         for rank in range(config.participants)
     ]
+    validation_samples = evaluation_samples(task, config.validation_source, "validation", settings)
+    validation = EvalSet(validation_samples.x, validation_samples.y)
+    test = evaluation_samples(task, config.test_source, "test", settings) if config.test_source else None
     schedule = config.schedule()
     rng = np.random.default_rng(config.seed)
     accounting = FederatedValuation()
-    validation = EvalSet(splits.validation.x, splits.validation.y)
     accuracies: list[float] = []
     for t in range(1, config.rounds + 1):
         selected = select_ranks(rng, config.participants, config.selected_per_round, schedule.get(t))
         updates = []
         for r in selected:
-            shard, corruption = shards[r]
-            delta = local_update(
-                model,
-                global_params,
-                shard.x,
-                shard.y,
-                train_config,
-                train_seed(config.seed, t, r),
-                corruption,
-            )
-            updates.append(ClientUpdate(participant_id(r), delta, len(shard)))
+            samples, corruption = ranks[r]
+            context = TrainContext(
+                round=t, rank=r, seed=train_seed(config.seed, t, r), epochs=config.epochs,
+                batch_size=config.batch_size, lr=config.lr,
+            )  # fmt: skip
+            delta = task.local_update(model, global_params, samples, context, corruption)
+            updates.append(ClientUpdate(participant_id(r), delta, len(samples)))
         outcome = step_round(
-            model, global_params, updates, validation, t, config.valuation_spec(t), accounting
+            model, global_params, updates, validation, t, config.valuation_spec(t), accounting, task.metric
         )
         global_params = outcome.params
-        accuracy, _ = evaluate(model, global_params, splits.test.x, splits.test.y)
+        accuracy = math.nan if test is None else evaluate(model, global_params, test.x, test.y)[0]
         accuracies.append(accuracy)
         if on_round is not None:
             on_round(outcome.values, accuracy)

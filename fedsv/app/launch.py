@@ -28,6 +28,13 @@ class LaunchConfig:
     """How `fedsv launch` places the run on this machine."""
 
     out: str = field(default="runs/latest", metadata={"help": "run directory (ledger, report, plot, logs)"})
+    data: str = field(
+        default="",
+        metadata={
+            "help": "each participant's own data, {rank} filled in (e.g. 'data/part{rank}.npz'); "
+            "'' = the simulated shards of --dataset"
+        },
+    )
     processes: int = field(default=0, metadata={"help": "participant processes (0 = min(N, 4))"})
     round_timeout: float = field(default=120.0, metadata={"help": "seconds a round waits for updates"})
     metrics_port: int = field(
@@ -135,12 +142,18 @@ class Launch:
                         f"{ranks[0]}-{ranks[-1]}",
                         "--log-level",
                         self.log_level,
+                        *self._data_flags(),
                         *participant_flags,
                     ],
                     f"participants-{index}.log",
                 )
             )
         return grpc_port, metrics_port
+
+    def _data_flags(self) -> list[str]:
+        """The participants' --task, --data (a per-rank template) and --data-dir, where set."""
+        flags = {"--task": self.run.task, "--data": self.launch.data, "--data-dir": self.run.data_dir}
+        return [item for flag, value in flags.items() if value.strip() for item in (flag, value)]
 
     def _recorded_rounds(self) -> int:
         ledger_path = self.out / "ledger.sqlite"

@@ -16,14 +16,14 @@ from matplotlib.ticker import MaxNLocator
 
 from fedsv.common.ranks import participant_id
 from fedsv.coordinator.config import RunConfig
-from fedsv.coordinator.ledger import Ledger, RoundRecord, ValueRow
+from fedsv.coordinator.ledger import Ledger, RoundRecord, UpdateRow, ValueRow
 from fedsv.coordinator.records import federated_valuation
 from fedsv.valuation.rounds import TOTAL_KEYS
 
 logger = logging.getLogger(__name__)
 
 LEDGER_NAME = "ledger.sqlite"
-CSV_COLUMNS = ("participant", "rounds_selected", *TOTAL_KEYS, "rank_by_fedsv")
+CSV_COLUMNS = ("participant", "rounds_selected", "num_samples", *TOTAL_KEYS, "rank_by_fedsv")
 
 
 def _num(x: float | None) -> float | None:
@@ -40,7 +40,7 @@ def _corrupted(config: dict[str, Any]) -> dict[str, str]:
     return {participant_id(rank): spec for rank, spec in sorted(ranks.items())}
 
 
-def _round_entry(rec: RoundRecord, rows: list[ValueRow]) -> dict[str, Any]:
+def _round_entry(rec: RoundRecord, rows: list[ValueRow], updates: list[UpdateRow]) -> dict[str, Any]:
     return {
         "round": rec.round,
         "selected": rec.selected,
@@ -52,6 +52,7 @@ def _round_entry(rec: RoundRecord, rows: list[ValueRow]) -> dict[str, Any]:
         "test_loss": _num(rec.test_loss),
         "values": {r.participant: r.fedsv for r in rows},
         "loo": {r.participant: r.loo for r in rows},
+        "num_samples": {u.participant: u.num_samples for u in updates},
         "method": rec.method,
         "valuation_seconds": rec.valuation_seconds,
         "utility_evaluations": rec.evaluations,
@@ -83,11 +84,16 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     with Ledger(path, read_only=True) as ledger:
         run = ledger.run_config()
         records, rows, traffic_rows = ledger.rounds(), ledger.values(), ledger.traffic()
+        updates = ledger.updates()
     if run is None:
         raise ValueError(f"{path} records no run yet")
+    valuation = federated_valuation(records, rows)  # refuses value rows of rounds it has no record of
     rows_of: dict[int, list[ValueRow]] = {rec.round: [] for rec in records}
     for row in rows:
         rows_of[row.round].append(row)
+    updates_of: dict[int, list[UpdateRow]] = {rec.round: [] for rec in records}
+    for update in updates:
+        updates_of.setdefault(update.round, []).append(update)
     traffic: dict[str, dict[str, dict[str, int]]] = {}
     for t in traffic_rows:
         cell = traffic.setdefault(t.rpc, {}).setdefault(t.direction, {"bytes": 0, "messages": 0})
@@ -99,8 +105,8 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     return {
         "run_id": run[0],
         "config": run[1],
-        "rounds": [_round_entry(rec, rows_of[rec.round]) for rec in records],
-        "totals": federated_valuation(records, rows).totals(),
+        "rounds": [_round_entry(rec, rows_of[rec.round], updates_of[rec.round]) for rec in records],
+        "totals": valuation.totals(),
         "final_accuracy": _num(records[-1].test_accuracy) if records else None,
         "traffic": traffic,
         "summary": {
@@ -120,12 +126,14 @@ def _ranked(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per participant (every one ever selected), best FedSV first; never valued = 0."""
     totals = report["totals"]
     selected: dict[str, int] = {}
+    samples: dict[str, int] = {}  # the count each declared in the last round it was aggregated in
     for entry in report["rounds"]:
         for pid in entry["selected"]:
             selected[pid] = selected.get(pid, 0) + 1
+        samples.update(entry.get("num_samples", {}))
     ids = set(selected) | set(totals["fedsv"])
     rows: list[dict[str, Any]] = [
-        {"participant": pid, "rounds_selected": selected.get(pid, 0)}
+        {"participant": pid, "rounds_selected": selected.get(pid, 0), "num_samples": samples.get(pid)}
         | {key: float(totals[key].get(pid, 0.0)) for key in TOTAL_KEYS}
         for pid in ids
     ]
@@ -200,14 +208,15 @@ def format_table(report: dict[str, Any]) -> str:
         + ("-" if ratio is None else f"{ratio:.3f}x")
         + f" the physical minimum of {_bytes(summary['physical_minimum_bytes_per_round'])}",
         "",
-        f"{'rank':>4}  {'participant':<12} {'rounds':>6} {'fedsv':>10} {'fedsv_norm':>10} {'loo':>10} "
-        f"{'loo_norm':>10}",
+        f"{'rank':>4}  {'participant':<12} {'rounds':>6} {'samples':>8} {'fedsv':>10} {'fedsv_norm':>10} "
+        f"{'loo':>10} {'loo_norm':>10}",
     ]
     corrupted = summary.get("corrupted", {})
     for row in _ranked(report):
         mark = f"  (corrupted: {corrupted[row['participant']]})" if row["participant"] in corrupted else ""
+        samples = "-" if row["num_samples"] is None else str(row["num_samples"])
         lines.append(
-            f"{row['rank_by_fedsv']:>4}  {row['participant']:<12} {row['rounds_selected']:>6} "
+            f"{row['rank_by_fedsv']:>4}  {row['participant']:<12} {row['rounds_selected']:>6} {samples:>8} "
             f"{row['fedsv']:>10.5f} {row['fedsv_normalized']:>10.4f} {row['loo']:>10.5f} "
             f"{row['loo_normalized']:>10.4f}{mark}"
         )

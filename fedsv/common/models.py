@@ -1,60 +1,38 @@
-"""The paper's models, each split into a linear `stem` (first layer) and the `head` that follows it."""
+"""The paper's models as plain nn.Sequential layer lists (valuation finds their linear first layer)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 
-class StemHeadModule(nn.Module):
-    """forward(x) == head(stem(prepare(x))); `stem` is an nn.Linear or nn.Conv2d.
-
-    The split lets valuation/ exploit that the first layer is linear in its parameters: the
-    validation set's stem outputs are computed once per round for w_t and for each delta, then
-    combined per coalition (see valuation.round_game).
-    """
-
-    stem: nn.Module
-    head: nn.Module
-    input_shape: tuple[int, ...]
-
-    def prepare(self, x: Tensor) -> Tensor:
-        raise NotImplementedError
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.stem(self.prepare(x)))
-
-
-class MLP(StemHeadModule):
-    """The paper's MNIST MLP: two hidden layers of 200 units with ReLU."""
+class MLP(nn.Sequential):
+    """The paper's MNIST MLP: two hidden layers of 200 units with ReLU (flattens its input first)."""
 
     def __init__(self, input_shape: tuple[int, ...] = (1, 28, 28), hidden: int = 200, num_classes: int = 10):
-        super().__init__()
-        self.input_shape = tuple(input_shape)
-        in_features = 1
-        for d in self.input_shape:
-            in_features *= int(d)
-        self.stem = nn.Linear(in_features, hidden)
-        self.head = nn.Sequential(
-            nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
+        in_features = math.prod(int(d) for d in input_shape)
+        super().__init__(
+            nn.Flatten(),
+            nn.Linear(in_features, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, num_classes),
         )
-
-    def prepare(self, x: Tensor) -> Tensor:
-        return x.reshape(x.shape[0], -1)
+        self.input_shape = tuple(int(d) for d in input_shape)
 
 
-class MnistCNN(StemHeadModule):
+class MnistCNN(nn.Sequential):
     """The paper's MNIST CNN: 5x5 conv 10 and 20 with 2x2 max pooling, then 320-50-10 with dropout."""
 
     def __init__(self, input_shape: tuple[int, ...] = (1, 28, 28), num_classes: int = 10):
-        super().__init__()
         if tuple(input_shape) != (1, 28, 28):
             raise ValueError(f"MnistCNN expects 1x28x28 images, got {input_shape}")
-        self.input_shape = (1, 28, 28)
-        self.stem = nn.Conv2d(1, 10, kernel_size=5)
-        self.head = nn.Sequential(
+        super().__init__(
+            nn.Conv2d(1, 10, kernel_size=5),
             nn.MaxPool2d(2),
             nn.ReLU(),
             nn.Conv2d(10, 20, kernel_size=5),
@@ -67,21 +45,17 @@ class MnistCNN(StemHeadModule):
             nn.Dropout(0.5),
             nn.Linear(50, num_classes),
         )
-
-    def prepare(self, x: Tensor) -> Tensor:
-        return x.reshape(x.shape[0], 1, 28, 28)
+        self.input_shape = (1, 28, 28)
 
 
-class CifarCNN(StemHeadModule):
+class CifarCNN(nn.Sequential):
     """The paper's CIFAR-10 CNN: 5x5 conv 32 and 64, each with 2x2 max pooling, FC 512, softmax output."""
 
     def __init__(self, input_shape: tuple[int, ...] = (3, 32, 32), num_classes: int = 10):
-        super().__init__()
         if tuple(input_shape) != (3, 32, 32):
             raise ValueError(f"CifarCNN expects 3x32x32 images, got {input_shape}")
-        self.input_shape = (3, 32, 32)
-        self.stem = nn.Conv2d(3, 32, kernel_size=5)
-        self.head = nn.Sequential(
+        super().__init__(
+            nn.Conv2d(3, 32, kernel_size=5),
             nn.ReLU(),
             nn.MaxPool2d(2),
             nn.Conv2d(32, 64, kernel_size=5),
@@ -92,12 +66,10 @@ class CifarCNN(StemHeadModule):
             nn.ReLU(),
             nn.Linear(512, num_classes),
         )
-
-    def prepare(self, x: Tensor) -> Tensor:
-        return x.reshape(x.shape[0], 3, 32, 32)
+        self.input_shape = (3, 32, 32)
 
 
-MODELS: dict[str, Callable[..., StemHeadModule]] = {
+MODELS: dict[str, Callable[..., nn.Sequential]] = {
     "mlp": MLP,
     "cnn_mnist": MnistCNN,
     "cnn_cifar": CifarCNN,
@@ -106,8 +78,8 @@ MODELS: dict[str, Callable[..., StemHeadModule]] = {
 
 def build_model(
     name: str, input_shape: tuple[int, ...], num_classes: int = 10, seed: int = 0
-) -> StemHeadModule:
-    """Instantiate a model by name with seeded initial weights.
+) -> nn.Sequential:
+    """Instantiate a model by name with seeded initial weights; images come in as (n, C, H, W).
 
     "cnn" picks the CNN that fits the input: MnistCNN for 1x28x28, CifarCNN for 3x32x32.
     """

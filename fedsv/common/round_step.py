@@ -7,14 +7,17 @@ cannot drift: the same seed gives the same selections, local-training seeds, mod
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from torch import Tensor, nn
 
-from fedsv.common.training import apply_delta, evaluate, fedavg
+from fedsv.common.training import apply_delta, fedavg
 from fedsv.valuation import FederatedValuation, RoundGame, RoundValues, ValuationSpec
+
+Metric = str | Callable[[Tensor, Tensor], Tensor]
+"""A validation metric: "accuracy", "neg_loss", or (logits, y) -> per-sample scores."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ def step_round(
     number: int,
     spec: ValuationSpec | None,
     accounting: FederatedValuation,
+    metric: Metric = "accuracy",
 ) -> RoundOutcome:
     """Aggregate the round's updates with FedAvg and value them (spec None: valuation off).
 
@@ -85,13 +89,12 @@ def step_round(
     started = time.perf_counter()
     new_params = apply_delta(params, fedavg(deltas, counts))
     aggregated = time.perf_counter()
-    if spec is None:
-        before, _ = evaluate(model, params, validation.x, validation.y)
-        after, _ = evaluate(model, new_params, validation.x, validation.y)
+    game = RoundGame(model, params, deltas, counts, validation.x, validation.y, metric=metric)
+    if spec is None:  # valuation off: only U(empty) and U(all), the round's utilities
+        before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
         zeros = np.zeros(len(ids))
         values = RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
     else:
-        game = RoundGame(model, params, deltas, counts, validation.x, validation.y)
         values = accounting.value_round(game, ids, number, spec)
     return RoundOutcome(
         params=new_params,

@@ -1,12 +1,14 @@
-"""A rank's local shard: the run's data split, the rank's partition, and the rank's corruption."""
+"""Simulated participants: a rank's shard of one data set (partition and corruption), as a data source."""
 
 from __future__ import annotations
 
 import functools
 import threading
+from dataclasses import dataclass
 
 from fedsv.common.corruptions import Corruption, parse_corruption
-from fedsv.common.data import ArrayDataset, DatasetSplits, load_dataset
+from fedsv.common.data import DATASET_NAMES, ArrayDataset, DatasetSplits, load_dataset
+from fedsv.common.data.sources import Samples
 from fedsv.common.partition import participant_indices
 
 _LOAD_LOCK = threading.Lock()
@@ -42,3 +44,49 @@ def load_shard(
     if corruption.label_flip_ratio > 0:
         shard = corruption.apply_to_dataset(shard, seed=seed + rank)
     return shard, corruption
+
+
+SIMULATED = "simulated:"
+
+
+def is_simulated(source: str) -> bool:
+    """True for a data source of the form "simulated:DATASET" (a shard derived from the rank)."""
+    return source.strip().startswith(SIMULATED)
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """The paper's setup as a data source: one named data set, split by seed, its training part cut into
+    per-rank shards; "simulated:DATASET" names it (e.g. simulated:embedded, simulated:cifar10)."""
+
+    dataset: str
+    data_dir: str
+    seed: int
+    validation_size: int
+
+    @classmethod
+    def parse(cls, source: str, data_dir: str, seed: int, validation_size: int) -> Simulation:
+        name = source.strip()[len(SIMULATED) :].strip().lower().replace("-", "_")
+        if name not in DATASET_NAMES:
+            raise ValueError(f"data source {source!r}: simulated data sets are {list(DATASET_NAMES)}")
+        return cls(name, data_dir, seed, validation_size)
+
+    def splits(self) -> DatasetSplits:
+        return cached_splits(self.dataset, self.data_dir, self.seed, self.validation_size)
+
+    def shard(
+        self, rank: int, world_size: int, partition: str, corruption: str
+    ) -> tuple[Samples, Corruption]:
+        """The rank's shard of the training split (label flipping applied) and its corruption."""
+        shard, parsed = load_shard(self.splits(), rank, world_size, partition, self.seed, corruption)
+        return _samples(shard, f"simulated:{self.dataset} rank {rank}"), parsed
+
+    def validation(self) -> Samples:
+        return _samples(self.splits().validation, f"simulated:{self.dataset} validation")
+
+    def test(self) -> Samples:
+        return _samples(self.splits().test, f"simulated:{self.dataset} test")
+
+
+def _samples(data: ArrayDataset, name: str) -> Samples:
+    return Samples(x=data.x, y=data.y, name=name)

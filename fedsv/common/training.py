@@ -57,9 +57,25 @@ def to_tensors(x: ArrayOrTensor, y: ArrayOrTensor) -> tuple[Tensor, Tensor]:
     return xt, yt
 
 
+def _state(model: nn.Module) -> dict[str, Tensor]:
+    """The model's own federated tensors (not copies): named parameters, then float buffers."""
+    persistent = model.state_dict(keep_vars=True)
+    state: dict[str, Tensor] = dict(model.named_parameters())
+    for name, buffer in model.named_buffers():
+        if buffer.is_floating_point() and name in persistent:
+            state[name] = buffer
+    return state
+
+
 def params_of(model: nn.Module) -> dict[str, Tensor]:
-    """Detached clones of the model's named parameters."""
-    return {name: p.detach().clone() for name, p in model.named_parameters()}
+    """Detached clones of the model's federated state: named parameters and floating-point buffers.
+
+    This is what travels and is averaged: w_t, the deltas (local_update), FedAvg. Buffers go by their
+    state_dict names; floating-point ones (BatchNorm's running_mean, running_var) are averaged like
+    parameters. Integer buffers (num_batches_tracked) and non-persistent buffers stay local to each
+    copy of the model and never travel. fedsv.valuation.round_inputs.federated_state is the same rule.
+    """
+    return {name: t.detach().clone() for name, t in _state(model).items()}
 
 
 def _check_keys(what: str, expected: Mapping[str, Tensor], got: Mapping[str, Tensor]) -> None:
@@ -70,8 +86,8 @@ def _check_keys(what: str, expected: Mapping[str, Tensor], got: Mapping[str, Ten
 
 
 def load_params(model: nn.Module, params: Mapping[str, Tensor]) -> None:
-    """Copy `params` into the model's named parameters in place (names and shapes must match)."""
-    own = dict(model.named_parameters())
+    """Copy `params` into the model's parameters and float buffers in place (names and shapes must match)."""
+    own = _state(model)
     _check_keys("load_params", own, params)
     with torch.no_grad():
         for name, p in own.items():
@@ -85,13 +101,16 @@ def load_params(model: nn.Module, params: Mapping[str, Tensor]) -> None:
 def apply_delta(
     params: Mapping[str, Tensor], delta: Mapping[str, Tensor], scale: float = 1.0
 ) -> dict[str, Tensor]:
-    """params + scale * delta, per parameter (new tensors; the inputs are untouched)."""
+    """params + scale * delta, per tensor (parameters and float buffers; new tensors, inputs untouched)."""
     _check_keys("apply_delta", params, delta)
     return {name: p + scale * delta[name].to(p.dtype) for name, p in params.items()}
 
 
 def fedavg(deltas: Sequence[Mapping[str, Tensor]], weights: Sequence[float]) -> dict[str, Tensor]:
-    """Weighted mean of the deltas (weights are the participants' sample counts), accumulated in float64."""
+    """Weighted mean of the deltas (weights: the participants' sample counts), accumulated in float64.
+
+    Float buffers in the deltas (BatchNorm running statistics) are averaged exactly like parameters.
+    """
     if len(deltas) == 0:
         raise ValueError("fedavg needs at least one delta")
     if len(weights) != len(deltas):
@@ -125,11 +144,14 @@ def local_update(
     seed: int,
     corruption: BatchTransform | None = None,
 ) -> dict[str, Tensor]:
-    """Train from global_params on (x, y) with SGD and return trained - global per named parameter.
+    """Train from global_params on (x, y) with SGD and return trained - global per tensor of the state.
 
-    `model` is used as scratch space: its parameters are overwritten. Mini-batch order, dropout and
-    backdoor poisoning are all seeded from `seed` (the caller's global torch RNG is left untouched),
-    so the same seed gives a bit-identical delta. Label flipping must already be applied to `y`.
+    The state is params_of's: named parameters and float buffers (BatchNorm's running statistics
+    change in train mode, so their delta is part of the update). `model` is used as scratch space:
+    its parameters and buffers are overwritten; its integer buffers keep counting locally.
+    Mini-batch order, dropout and backdoor poisoning are all seeded from `seed` (the caller's global
+    torch RNG is left untouched), so the same seed gives a bit-identical delta. Label flipping must
+    already be applied to `y`.
     """
     xt, yt = to_tensors(x, y)
     n = len(yt)
@@ -137,7 +159,7 @@ def local_update(
         raise ValueError("local_update got no training samples; check the participant's partition")
     load_params(model, global_params)
     device = _model_device(model)
-    start = {name: p.detach().clone() for name, p in model.named_parameters()}
+    start = params_of(model)
     optimizer = torch.optim.SGD(
         model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
     )
@@ -165,19 +187,19 @@ def local_update(
                     optimizer.step()
     finally:
         model.train(was_training)
-    return {name: (p.detach() - start[name]).to(p.dtype) for name, p in model.named_parameters()}
+    return {name: (t.detach() - start[name]).to(t.dtype) for name, t in _state(model).items()}
 
 
 @torch.no_grad()
 def predict(
     model: nn.Module, params: Mapping[str, Tensor] | None, x: ArrayOrTensor, batch_size: int = 1000
 ) -> Tensor:
-    """Logits of the model (eval mode) on x, with `params` substituted for its parameters if given."""
+    """Logits of the model (eval mode) on x, with `params` (params_of's tensors) substituted if given."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     xt = torch.as_tensor(x, dtype=torch.float32)
     if params is not None:
-        _check_keys("predict", dict(model.named_parameters()), params)
+        _check_keys("predict", _state(model), params)
     device = _model_device(model)
     was_training = model.training
     model.eval()

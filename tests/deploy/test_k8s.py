@@ -6,15 +6,18 @@ import base64
 import copy
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 
 import fedsv.coordinator.__main__ as coordinator_main
 import fedsv.participant.__main__ as participant_main
 from fedsv.common import certs
+from fedsv.common.task import load_task
 from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.server import SERVICE_NAME
 from tests.support.processes import DEPLOY, dockerfile_one, flag_value, healthcheck_argv, need_tool
@@ -22,7 +25,7 @@ from tests.support.processes import DEPLOY, dockerfile_one, flag_value, healthch
 # The Secrets the pods mount: made with `fedsv certs` and kubectl as docs/deployment.md shows.
 COORDINATOR_SECRET, PARTICIPANT_SECRET = "fedsv-coordinator-tls", "fedsv-credentials"
 
-KUSTOMIZATIONS = ["base", "overlays/demo", "overlays/paper"]
+KUSTOMIZATIONS = ["base", "overlays/demo", "overlays/paper", "overlays/own-data"]
 # The oldest Kubernetes the manifests claim (backoffLimitPerIndex and gRPC probes) and the newest schema.
 KUBERNETES_VERSIONS = ["1.29", "1.37"]
 
@@ -88,7 +91,10 @@ def test_every_rendered_manifest_validates_against_the_schemas(
         "Service",
         "ServiceMonitor",
     ]
-    assert kinds == sorted(expected + ([] if name == "base" else ["Namespace"]))
+    extra = {"base": [], "overlays/own-data": ["Namespace", "ConfigMap", "PersistentVolumeClaim"]}
+    assert kinds == sorted(expected + extra.get(name, ["Namespace"])), (
+        "own-data adds the task and the data volume"
+    )
     for doc in docs:
         if doc["kind"] == "ServiceMonitor":
             _validate_service_monitor(doc)
@@ -190,25 +196,60 @@ def _tls_mount(workload: Doc, tls_dir: str) -> str:
     return str(volume["secret"]["secretName"])
 
 
-def _participant_ranks(
-    monkeypatch: pytest.MonkeyPatch, job: Doc, secrets: dict[str, dict[str, str]], index: int, local_tls: Path
-) -> list[tuple[str, int, int, str]]:
-    """Run the real `python -m fedsv.participant` CLI as pod `index` of the Job; (address, rank, N, tls dir).
+def _local_mounts(docs: list[Doc], workload: Doc, args: list[str], local: Path) -> list[str]:
+    """`args` with the workload's ConfigMap and data-volume mount points moved under `local`.
 
-    The Secret's mount point is replaced by `local_tls`, a `fedsv certs` directory for the run.
+    A ConfigMap's files are written there as the pod would see them; a PersistentVolumeClaim's mount
+    point becomes `local / <volume name>`, which the test fills with the files the volume would hold.
     """
+    spec = workload["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for mount in _container(workload)["volumeMounts"]:
+        volume = volumes[mount["name"]]
+        if "configMap" in volume and not any(mount["mountPath"] in a for a in args if "--config" not in a):
+            continue
+        if "configMap" in volume:
+            folder = local / mount["name"]
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, text in _named(docs, "ConfigMap", volume["configMap"]["name"])["data"].items():
+                (folder / name).write_text(text)
+        elif "persistentVolumeClaim" in volume and mount.get("readOnly"):
+            folder = local / mount["name"]
+        else:
+            continue
+        args = [a.replace(mount["mountPath"], str(folder)) for a in args]
+    return args
+
+
+def _participant_ranks(
+    monkeypatch: pytest.MonkeyPatch,
+    docs: list[Doc],
+    secrets: dict[str, dict[str, str]],
+    index: int,
+    local: Path,
+) -> list[tuple[str, int, int, str, int | None]]:
+    """Run the real `python -m fedsv.participant` CLI as pod `index` of the Job.
+
+    Returns (address, rank, N, tls dir, samples loaded before Join) per rank it would play. The
+    Secret's mount point is replaced by `local / "certs"` (a `fedsv certs` directory for the run),
+    ConfigMaps and data volumes by folders under `local` (see _local_mounts).
+    """
+    job = _one(docs, "Job")
     container = _container(job)
     env = _env(container, secrets)
     args = _expand(container["args"], env)
     tls_dir = flag_value(args, "--tls-dir")
     assert _tls_mount(job, tls_dir) == PARTICIPANT_SECRET and "--insecure" not in args
-    args[args.index(tls_dir)] = str(local_tls)
-    played: list[tuple[str, int, int, str]] = []
+    args[args.index(tls_dir)] = str(local / "certs")
+    args = _local_mounts(docs, job, args, local)
+    played: list[tuple[str, int, int, str, int | None]] = []
 
     class FakeWorker:
-        def __init__(self, address: str, rank: int, world_size: int, tls_dir: str = "", **_: object) -> None:
+        def __init__(
+            self, address: str, rank: int, world_size: int, tls_dir: str = "", samples: Any = None, **_: Any
+        ) -> None:
             self.rank = rank
-            played.append((address, rank, world_size, tls_dir))
+            played.append((address, rank, world_size, tls_dir, None if samples is None else len(samples)))
 
         def run(self) -> str:
             return "finished"
@@ -293,12 +334,42 @@ def test_coordinator_participants_service_and_monitoring_agree(
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] == run.participants
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # required by backoffLimitPerIndex
-    local_tls = tmp_path / "certs"
-    certs.generate(local_tls, run.participants, hosts=[service["metadata"]["name"]])
+    certs.generate(tmp_path / "certs", run.participants, hosts=[service["metadata"]["name"]])
     address = f"{service['metadata']['name']}:{service_ports['grpc']['port']}"
+    sizes: dict[int, int | None] = dict.fromkeys(range(run.participants))
+    if run.task:  # own data: the data volume holds the tabular example's files, member{rank}.csv
+        _own_data_volume(docs, run, tmp_path)
+        sizes = dict(enumerate(TABULAR_SIZES))
     for index in (0, run.participants - 1):
-        played = _participant_ranks(monkeypatch, job, secrets, index, local_tls)
-        assert played == [(address, index, run.participants, str(local_tls))]
+        played = _participant_ranks(monkeypatch, docs, secrets, index, tmp_path)
+        assert played == [(address, index, run.participants, str(tmp_path / "certs"), sizes[index])]
+
+
+TABULAR_SIZES = (20, 24, 30, 34, 40, 44, 60, 67)  # examples/tabular/prepare.py's members
+
+
+def _own_data_volume(docs: list[Doc], run: RunConfig, tmp_path: Path) -> None:
+    """Fill the data volume as docs/deployment.md says, and load the coordinator's task and data."""
+    example = DEPLOY.parent / "examples" / "tabular"
+    deployment = _one(docs, "Deployment")
+    (mount,) = [
+        m for m in _container(deployment)["volumeMounts"] if run.validation_data.startswith(m["mountPath"])
+    ]
+    folder = tmp_path / mount["name"]
+    subprocess.run(
+        [sys.executable, str(example / "prepare.py"), "--out", str(folder)], check=True, timeout=120
+    )
+    # The coordinator's side: the task from the ConfigMap, its validation and test sets on the volume.
+    paths = _local_mounts(
+        docs, deployment, [run.task, run.validation_data, run.test_data, "--config"], tmp_path
+    )
+    task = load_task(paths[0])
+    assert task.validation_data(paths[1]).x.shape == (150, 30) and len(task.test_data(paths[2])) == 100
+    model = task.build_model(seed=run.seed)
+    assert model(torch.zeros(1, 30)).shape == (1, 2)
+    # The overlay ships the example's task file unchanged.
+    (config_map,) = [d for d in docs if d["kind"] == "ConfigMap" and "task.py" in d["data"]]
+    assert config_map["data"]["task.py"] == (example / "task.py").read_text()
 
 
 def test_overlays_are_the_demo_and_the_papers_setting(rendered: dict[str, list[Doc]]) -> None:

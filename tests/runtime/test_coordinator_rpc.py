@@ -19,6 +19,7 @@ from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.run_state import OpenRound, RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
 
+SAMPLES = 10  # every harness participant declares this count at Join
 CHUNK = 64 << 10
 
 
@@ -63,7 +64,9 @@ def _start(model: dict[str, torch.Tensor], credential: str = "") -> Generator[Ha
     stub = fedsv_pb2_grpc.CoordinatorStub(channel)
     tokens = {}
     for rank in range(4):
-        reply = stub.Join(fedsv_pb2.JoinRequest(rank=rank, world_size=4, credential=credential))
+        reply = stub.Join(
+            fedsv_pb2.JoinRequest(rank=rank, world_size=4, credential=credential, num_samples=SAMPLES)
+        )
         tokens[reply.participant_id] = reply.session_token
     header, payloads = encode_tensor_set(model, chunk_bytes=CHUNK)
     state.open_round(
@@ -93,7 +96,7 @@ def _update(
     corrupt_checksum: bool = False,
     drop_last_chunk: bool = False,
     huge: bool = False,
-    num_samples: int = 10,
+    num_samples: int = SAMPLES,
 ) -> list[fedsv_pb2.UpdateMessage]:
     header, payloads = encode_tensor_set(delta, chunk_bytes=CHUNK)
     if corrupt_checksum:
@@ -200,9 +203,12 @@ def test_every_bad_update_is_rejected_with_its_code_and_the_round_goes_on(harnes
     assert _code(harness.stub, _update("p000", t0, good)) == grpc.StatusCode.OK
     assert _code(harness.stub, _update("p000", t0, good)) == grpc.StatusCode.ALREADY_EXISTS
     assert harness.rejected("duplicate") == 1
-    assert _code(harness.stub, _update("p001", t1, good, num_samples=30)) == grpc.StatusCode.OK
+    # FedAvg's weight is the count declared at Join: an update claiming another count is refused.
+    assert _code(harness.stub, _update("p001", t1, good, num_samples=30)) == grpc.StatusCode.INVALID_ARGUMENT
+    assert harness.rejected("sample_count_mismatch") == 1
+    assert _code(harness.stub, _update("p001", t1, good)) == grpc.StatusCode.OK
     received = harness.state.current.received
-    assert sorted(received) == ["p000", "p001"] and received["p001"].num_samples == 30
+    assert sorted(received) == ["p000", "p001"] and received["p001"].num_samples == SAMPLES
     torch.testing.assert_close(received["p000"].delta["a.weight"], good["a.weight"], rtol=0, atol=0)
 
     harness.state.close_round()
@@ -275,3 +281,19 @@ def test_a_model_over_16_mib_travels_both_ways_in_chunks() -> None:
         assert torch.equal(up["layer.bias"], delta["layer.bias"])
     finally:
         gen.close()
+
+
+def test_sample_counts_are_declared_at_join_and_bounded(harness: Harness) -> None:
+    stub = harness.stub
+    for count in (-1, 10_000_001):
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Join(fedsv_pb2.JoinRequest(rank=3, world_size=4, num_samples=count))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert harness.rejected("bad_sample_count") == 2
+    # 0: not known yet (a simulated shard comes from the RunSpec this Join returns): no task stream yet.
+    reply = stub.Join(fedsv_pb2.JoinRequest(rank=3, world_size=4, num_samples=0))
+    request = fedsv_pb2.SubscribeRequest(participant_id="p003", session_token=reply.session_token)
+    with pytest.raises(grpc.RpcError) as info:
+        next(iter(stub.Subscribe(request)))
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert harness.rejected("undeclared_samples") == 1

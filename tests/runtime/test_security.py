@@ -101,7 +101,9 @@ def _as(tls_dir: Path, rank: int, port: int) -> fedsv_pb2_grpc.CoordinatorStub:
 
 def _join_code(stub: fedsv_pb2_grpc.CoordinatorStub, rank: int, token: str = "") -> grpc.StatusCode:
     try:
-        stub.Join(fedsv_pb2.JoinRequest(rank=rank, world_size=4, participant_token=token), timeout=10)
+        stub.Join(
+            fedsv_pb2.JoinRequest(rank=rank, world_size=4, num_samples=5, participant_token=token), timeout=10
+        )
     except grpc.RpcError as exc:
         return exc.code()
     return grpc.StatusCode.OK
@@ -180,7 +182,7 @@ def test_fedsv_certs_command_and_launch_make_certificates_once(
 
 def test_mtls_participant_joins_subscribes_and_submits(mtls: Server, tls_dir: Path) -> None:
     stub = _as(tls_dir, 0, mtls.port)
-    reply = stub.Join(fedsv_pb2.JoinRequest(rank=0, world_size=4), timeout=10)
+    reply = stub.Join(fedsv_pb2.JoinRequest(rank=0, world_size=4, num_samples=5), timeout=10)
     events = stub.Subscribe(
         fedsv_pb2.SubscribeRequest(participant_id="p000", session_token=reply.session_token)
     )
@@ -209,7 +211,7 @@ def test_callers_without_the_right_certificate_are_refused(
 def test_a_participant_certificate_cannot_act_for_another_participant(mtls: Server, tls_dir: Path) -> None:
     p000, p001 = _as(tls_dir, 0, mtls.port), _as(tls_dir, 1, mtls.port)
     assert _join_code(p001, 0) == grpc.StatusCode.PERMISSION_DENIED
-    token = p000.Join(fedsv_pb2.JoinRequest(rank=0, world_size=4), timeout=10).session_token
+    token = p000.Join(fedsv_pb2.JoinRequest(rank=0, world_size=4, num_samples=5), timeout=10).session_token
     assert mtls.rejected("wrong_identity") == 1
     # p001 holds p000's session token (stolen): still refused on every call.
     assert _submit(p001, _update("p000", token, MODEL)) == grpc.StatusCode.PERMISSION_DENIED
@@ -219,7 +221,7 @@ def test_a_participant_certificate_cannot_act_for_another_participant(mtls: Serv
     assert mtls.rejected("wrong_identity") == 3
     # The rightful owner is unaffected, and p001 may still act as itself.
     assert _submit(p000, _update("p000", token, MODEL)) == grpc.StatusCode.OK
-    own = p001.Join(fedsv_pb2.JoinRequest(rank=1, world_size=4), timeout=10).session_token
+    own = p001.Join(fedsv_pb2.JoinRequest(rank=1, world_size=4, num_samples=5), timeout=10).session_token
     assert _submit(p001, _update("p001", own, MODEL)) == grpc.StatusCode.OK
     assert _submit(p001, _update("p001", own, MODEL)) == grpc.StatusCode.ALREADY_EXISTS
 
@@ -233,7 +235,9 @@ def test_without_client_certificates_per_participant_tokens_prove_the_id(tls_dir
         assert _join_code(stub, 0) == grpc.StatusCode.UNAUTHENTICATED
         assert _join_code(stub, 0, tokens["p001"]) == grpc.StatusCode.UNAUTHENTICATED
         assert server.rejected("bad_participant_token") == 2
-        reply = stub.Join(fedsv_pb2.JoinRequest(rank=0, world_size=4, participant_token=tokens["p000"]))
+        reply = stub.Join(
+            fedsv_pb2.JoinRequest(rank=0, world_size=4, num_samples=5, participant_token=tokens["p000"])
+        )
         assert _submit(stub, _update("p000", "forged", MODEL)) == grpc.StatusCode.UNAUTHENTICATED
         assert _submit(stub, _update("p000", reply.session_token, MODEL)) == grpc.StatusCode.OK
     finally:
@@ -242,7 +246,7 @@ def test_without_client_certificates_per_participant_tokens_prove_the_id(tls_dir
 
 def test_limits_give_resource_exhausted_and_the_server_goes_on(mtls: Server, tls_dir: Path) -> None:
     stub = _as(tls_dir, 0, mtls.port)
-    token = stub.Join(fedsv_pb2.JoinRequest(rank=0, world_size=4), timeout=10).session_token
+    token = stub.Join(fedsv_pb2.JoinRequest(rank=0, world_size=4, num_samples=5), timeout=10).session_token
     many = {f"t{i}": torch.zeros(1) for i in range(5)}  # max_tensors=4
     assert _submit(stub, _update("p000", token, many)) == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert mtls.rejected("too_many_tensors") == 1

@@ -21,6 +21,8 @@ ALLOWED: dict[str, set[str]] = {
     "fedsv.participant": {"fedsv.valuation", "fedsv.common"},
     "fedsv.app": {"fedsv.valuation", "fedsv.common", "fedsv.coordinator", "fedsv.participant"},
 }
+# Public modules at the top of the package that belong to a layer: the task interface is common's.
+PUBLIC = {"fedsv.task": "fedsv.common", "fedsv.tasks": "fedsv.common"}
 # What an installed fedsv must never leave behind: the design card's folders as top-level modules.
 OLD_TOP_LEVEL = ("valuation", "coordinator", "participant")
 
@@ -28,14 +30,19 @@ OLD_TOP_LEVEL = ("valuation", "coordinator", "participant")
 def layer_of(module: str) -> str | None:
     """The layer a fedsv module belongs to; None for the fedsv package itself (fedsv, fedsv.__main__)."""
     parts = module.split(".")
-    return ".".join(parts[:2]) if len(parts) >= 2 and ".".join(parts[:2]) in ALLOWED else None
+    head = ".".join(parts[:2])
+    if head in PUBLIC:
+        return PUBLIC[head]
+    return head if len(parts) >= 2 and head in ALLOWED else None
 
 
 def modules_of(layer: str) -> dict[str, Path]:
     """Every module of a layer by name, found by walking its folder (links included)."""
     root = PACKAGE / layer.split(".")[1]
+    paths = sorted(root.rglob("*.py"))
+    paths += [PACKAGE / f"{name.split('.')[1]}.py" for name, owner in PUBLIC.items() if owner == layer]
     out: dict[str, Path] = {}
-    for path in sorted(root.rglob("*.py")):
+    for path in paths:
         rel = path.relative_to(PACKAGE).with_suffix("")
         parts = ["fedsv", *rel.parts]
         if parts[-1] == "__init__":

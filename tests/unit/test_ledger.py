@@ -15,16 +15,24 @@ from typing import Any
 
 import pytest
 
-from fedsv.coordinator.ledger import Checkpoint, Ledger, LedgerError, RoundRecord, TrafficRow, ValueRow
+from fedsv.coordinator.ledger import (
+    Checkpoint,
+    Ledger,
+    LedgerError,
+    RoundRecord,
+    TrafficRow,
+    UpdateRow,
+    ValueRow,
+)
 from tests.support.records import CONFIG, make_record, make_rows
 
 REPO = Path(__file__).resolve().parents[2]
+
+
 def commit(ledger: Ledger, n: int, blob: bytes = b"params") -> RoundRecord:
     record = make_record(n)
     values, traffic = make_rows(record)
-    ledger.commit_round(
-        record, values, traffic, Checkpoint(n, blob + bytes([n]), json.dumps({"n": n}))
-    )
+    ledger.commit_round(record, values, traffic, Checkpoint(n, blob + bytes([n]), json.dumps({"n": n})))
     return record
 
 
@@ -224,3 +232,38 @@ def test_sigkill_at_random_moments_never_splits_or_repeats_a_round(tmp_path: Pat
             assert len(ledger.traffic()) == 2 * k
         last = k
     assert last > 0
+
+
+def test_update_rows_record_each_aggregated_count(ledger: Ledger) -> None:
+    record = make_record(1)
+    values, traffic = make_rows(record)
+    updates = [UpdateRow(1, pid, 10 * (i + 1), 0.5) for i, pid in enumerate(record.received)]
+    ledger.commit_round(record, values, traffic, Checkpoint(1, b"p", "{}"), updates)
+    assert ledger.updates() == updates
+    bad = make_record(2)
+    values, traffic = make_rows(bad)
+    for row in (
+        UpdateRow(2, "p009", 5, 0.1),
+        UpdateRow(2, "p000", 0, 0.1),
+        UpdateRow(2, "p000", 5, math.inf),
+    ):
+        with pytest.raises(LedgerError, match="bad update row"):
+            ledger.commit_round(bad, values, traffic, Checkpoint(2, b"p", "{}"), [row])
+    assert [r.round for r in ledger.rounds()] == [1]
+
+
+def test_a_schema_1_ledger_is_read_and_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        commit(ledger, 1)
+    with sqlite3.connect(path) as conn:  # what a version-1 coordinator left: no updates table
+        conn.execute("DROP TABLE updates")
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    with Ledger(path, read_only=True) as reader:
+        assert reader.updates() == [] and [r.round for r in reader.rounds()] == [1]
+    with Ledger(path) as ledger:
+        commit(ledger, 2)
+        assert ledger.updates() == []  # commit() records no update rows
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)

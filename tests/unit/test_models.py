@@ -1,12 +1,16 @@
-"""The paper's models: output shapes, the stem/head split, parameter counts and build_model errors."""
+"""The paper's models: plain Sequentials with a linear first layer, sizes, seeded init, build_model errors."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
+from torch import nn
 
 from fedsv.common.models import CifarCNN, MnistCNN, build_model
 from fedsv.common.training import params_of
+from fedsv.valuation.stem_split import split_stem
 
 CASES = [
     ("mlp", (1, 28, 28), 199_210),
@@ -14,19 +18,62 @@ CASES = [
     ("cnn_cifar", (3, 32, 32), 878_538),
 ]
 
+NAMES = {
+    "mlp": ["1.weight", "1.bias", "3.weight", "3.bias", "5.weight", "5.bias"],
+    "cnn_mnist": ["0.weight", "0.bias", "3.weight", "3.bias", "8.weight", "8.bias", "11.weight", "11.bias"],
+    "cnn_cifar": ["0.weight", "0.bias", "3.weight", "3.bias", "7.weight", "7.bias", "9.weight", "9.bias"],
+}
+
 
 @pytest.mark.parametrize(("name", "shape", "count"), CASES)
 def test_forward_split_and_size(name: str, shape: tuple[int, int, int], count: int) -> None:
     model = build_model(name, shape, num_classes=10, seed=0).eval()
+    assert isinstance(model, nn.Sequential) and type(model).forward is nn.Sequential.forward
+    split, reason = split_stem(model, params_of(model))
+    assert split is not None, reason
     x = torch.rand(5, *shape, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         out = model(x)
-        split = model.head(model.stem(model.prepare(x)))
+        split_out = split.head(split.stem(split.prepare(x)))
     assert out.shape == (5, 10)
-    assert torch.equal(out, split)
+    assert torch.equal(out, split_out)
     assert sum(p.numel() for p in model.parameters()) == count
-    assert isinstance(model.stem, torch.nn.Linear | torch.nn.Conv2d)
+    assert isinstance(split.stem, torch.nn.Linear | torch.nn.Conv2d)
+    assert split.stem is model[1 if name == "mlp" else 0]
+    assert [k for k, _ in model.named_parameters()] == NAMES[name]
     assert not list(model.buffers())
+
+
+def _paper_layers(name: str, num_classes: int) -> Callable[[], list[nn.Module]]:
+    """The paper's parametric layers in the order the models have always created them."""
+    if name == "mlp":
+        return lambda: [nn.Linear(784, 200), nn.Linear(200, 200), nn.Linear(200, num_classes)]
+    if name == "cnn_mnist":
+        return lambda: [
+            nn.Conv2d(1, 10, 5),
+            nn.Conv2d(10, 20, 5),
+            nn.Linear(320, 50),
+            nn.Linear(50, num_classes),
+        ]
+    return lambda: [
+        nn.Conv2d(3, 32, 5),
+        nn.Conv2d(32, 64, 5),
+        nn.Linear(1600, 512),
+        nn.Linear(512, num_classes),
+    ]
+
+
+@pytest.mark.parametrize(("name", "shape"), [(name, shape) for name, shape, _ in CASES])
+def test_initialization_is_the_layer_by_layer_one(name: str, shape: tuple[int, int, int]) -> None:
+    """The same seed gives the same weights as creating the paper's layers one by one, in order."""
+    for seed in (0, 11):
+        model = build_model(name, shape, num_classes=7, seed=seed)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            reference = [p for layer in _paper_layers(name, 7)() for p in layer.parameters()]
+        params = list(model.parameters())
+        assert [p.shape for p in params] == [p.shape for p in reference]
+        assert all(torch.equal(a, b) for a, b in zip(params, reference, strict=True))
 
 
 def test_seeded_init_and_global_rng_untouched() -> None:
@@ -35,7 +82,7 @@ def test_seeded_init_and_global_rng_untouched() -> None:
     b = params_of(build_model("mlp", (1, 28, 28), seed=3))
     c = params_of(build_model("mlp", (1, 28, 28), seed=4))
     assert torch.equal(torch.random.get_rng_state(), state)
-    assert all(torch.equal(a[k], b[k]) for k in a) and not torch.equal(a["stem.weight"], c["stem.weight"])
+    assert all(torch.equal(a[k], b[k]) for k in a) and not torch.equal(a["1.weight"], c["1.weight"])
 
 
 def test_cnn_alias_and_mlp_input_size() -> None:

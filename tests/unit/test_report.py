@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedsv.app.report import build_report, format_table, write_outputs
-from fedsv.coordinator.ledger import Checkpoint, Ledger, TrafficRow, ValueRow
+from fedsv.coordinator.ledger import Checkpoint, Ledger, TrafficRow, UpdateRow, ValueRow
 from fedsv.valuation import FederatedValuation, RoundValues
 from tests.support.records import make_record
 
@@ -61,7 +61,8 @@ def run_dir(tmp_path: Path) -> tuple[Path, FederatedValuation]:
                 TrafficRow(n, "Join", "up", 10, 1),
             ]
             traffic.append(TrafficRow(n, "Subscribe", "down", record.bytes_down, 4))
-            ledger.commit_round(record, values, traffic, Checkpoint(n, b"w", "{}"))
+            updates = [UpdateRow(n, pid, 100 + int(pid[1:]), 0.5) for pid in received]  # p003 holds 103
+            ledger.commit_round(record, values, traffic, Checkpoint(n, b"w", "{}"), updates)
     return directory, expected
 
 
@@ -99,14 +100,16 @@ def test_write_outputs_and_table(run_dir: tuple[Path, FederatedValuation]) -> No
     with outputs["values.csv"].open() as handle:
         rows = list(csv.DictReader(handle))
     assert sorted(r["participant"] for r in rows) == PARTICIPANTS
-    assert list(rows[0]) == ["participant", "rounds_selected", "fedsv", "fedsv_normalized", "loo",
-                             "loo_normalized", "rank_by_fedsv"]  # fmt: skip
+    assert list(rows[0]) == ["participant", "rounds_selected", "num_samples", "fedsv", "fedsv_normalized",
+                             "loo", "loo_normalized", "rank_by_fedsv"]  # fmt: skip
     fedsv = expected.totals()["fedsv"]
     best = max(fedsv, key=lambda p: fedsv[p])
     assert rows[0]["participant"] == best and rows[0]["rank_by_fedsv"] == "1"
     assert [int(r["rank_by_fedsv"]) for r in rows] == [1, 2, 3, 4, 5]
     by_id = {r["participant"]: r for r in rows}
     assert by_id["p004"]["rounds_selected"] == "1" and float(by_id["p004"]["fedsv"]) == 0.0
+    # The sample count each declared (FedAvg's weight) is shown; never aggregated: none.
+    assert by_id["p003"]["num_samples"] == "103" and by_id["p004"]["num_samples"] == ""
     assert float(by_id["p001"]["fedsv"]) == pytest.approx(fedsv["p001"])
     table = format_table(report)
     assert all(pid in table for pid in PARTICIPANTS)

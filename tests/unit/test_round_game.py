@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedsv.common.data import load_dataset
-from fedsv.common.models import StemHeadModule, build_model
+from fedsv.common.models import build_model
 from fedsv.common.training import (
     TrainConfig,
     apply_delta,
@@ -42,7 +42,7 @@ class Round:
 
     name: str
     input_shape: tuple[int, int, int]
-    model: StemHeadModule
+    model: nn.Sequential
     global_params: Params
     deltas: list[Params]
     counts: list[int]
@@ -334,10 +334,7 @@ def test_memoized_coalitions_are_not_evaluated_again(
 
     monkeypatch.setattr(game, "_evaluate", counting)
     forwards: list[int] = []
-    hooks = [
-        module.register_forward_hook(lambda *_: forwards.append(1))
-        for module in (rnd.model.stem, rnd.model.head)
-    ]
+    hooks = [layer.register_forward_hook(lambda *_: forwards.append(1)) for layer in rnd.model]
     try:
         members = all_coalitions(rnd.m)
         first = game.utilities(members[:20])
@@ -364,10 +361,9 @@ def test_memoized_coalitions_are_not_evaluated_again(
 # --------------------------------------------------------------------------- bad input
 
 
-def _with(params: Mapping[str, Tensor], **changes: Tensor | None) -> Params:
+def _with(params: Mapping[str, Tensor], changes: Mapping[str, Tensor | None]) -> Params:
     out = {k: v.clone() for k, v in params.items()}
-    for key, value in changes.items():
-        name = key.replace("__", ".")
+    for name, value in changes.items():
         if value is None:
             del out[name]
         else:
@@ -379,21 +375,24 @@ def test_bad_inputs_raise_clear_errors(rounds: dict[str, Round]) -> None:
     rnd = rounds["mlp"]
     g, d, counts, x, y = rnd.global_params, rnd.deltas, rnd.counts, rnd.x, rnd.y
     model = rnd.model
-    nan = _with(d[0])
-    nan["stem.weight"][3, 5] = float("nan")
-    inf = _with(d[0])
-    inf["head.3.bias"][0] = float("inf")
+    assert [k for k, _ in model.named_parameters()][:2] == ["1.weight", "1.bias"]  # the first Linear
+    nan = _with(d[0], {})
+    nan["1.weight"][3, 5] = float("nan")
+    inf = _with(d[0], {})
+    inf["5.bias"][0] = float("inf")
     cases: list[tuple[Callable[[], object], str]] = [
         (lambda: RoundGame(model, g, [], [], x, y), "empty round"),
-        (lambda: RoundGame(model, g, [_with(d[0], head__3__bias=None), *d[1:]], counts, x, y), "missing"),
+        (lambda: RoundGame(model, g, [_with(d[0], {"5.bias": None}), *d[1:]], counts, x, y), "missing"),
         (
-            lambda: RoundGame(model, g, [_with(d[0], extra__weight=torch.zeros(2)), *d[1:]], counts, x, y),
+            lambda: RoundGame(
+                model, g, [_with(d[0], {"extra.weight": torch.zeros(2)}), *d[1:]], counts, x, y
+            ),
             "unexpected",
         ),
-        (lambda: RoundGame(model, _with(g, stem__bias=None), d, counts, x, y), "global model.*missing"),
+        (lambda: RoundGame(model, _with(g, {"1.bias": None}), d, counts, x, y), "global model.*missing"),
         (
-            lambda: RoundGame(model, g, [*d[:-1], _with(d[-1], stem__bias=torch.zeros(7))], counts, x, y),
-            r"delta 5: stem.bias has shape \(7,\)",
+            lambda: RoundGame(model, g, [*d[:-1], _with(d[-1], {"1.bias": torch.zeros(7)})], counts, x, y),
+            r"delta 5: 1\.bias has shape \(7,\)",
         ),
         (lambda: RoundGame(model, g, [nan, *d[1:]], counts, x, y), "non-finite"),
         (lambda: RoundGame(model, g, [*d[:2], inf, *d[3:]], counts, x, y), "delta 2.*non-finite"),
@@ -465,23 +464,27 @@ def test_model_and_inputs_are_not_modified(rounds: dict[str, Round], name: str) 
 
 def test_grouped_conv_stem_falls_back_to_batched() -> None:
     """A grouped first convolution cannot use the stacked-delta stem: the game picks mode='batched'."""
-
-    class Grouped(StemHeadModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.stem = nn.Conv2d(2, 4, 3, groups=2)
-            self.head = nn.Sequential(nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
-
-        def prepare(self, x: Tensor) -> Tensor:
-            return x.reshape(x.shape[0], 2, 8, 8)
-
     torch.manual_seed(0)
-    model = Grouped().double()
+    model = nn.Sequential(
+        nn.Unflatten(1, (2, 8, 8)),
+        nn.Conv2d(2, 4, 3, groups=2),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(4 * 6 * 6, 3),
+    ).double()
     g = params_of(model)
     deltas = [{k: 0.3 * torch.randn_like(v) for k, v in g.items()} for _ in range(3)]
-    x, y = torch.randn(30, 2, 8, 8, dtype=torch.float64), torch.randint(0, 3, (30,))
+    x, y = torch.randn(30, 2 * 8 * 8, dtype=torch.float64), torch.randint(0, 3, (30,))
     fast = RoundGame(model, g, deltas, [1, 2, 3], x, y, mode="fast", metric="neg_loss")
     naive = RoundGame(model, g, deltas, [1, 2, 3], x, y, mode="naive", metric="neg_loss")
     assert fast.mode == "batched"
     members = all_coalitions(3)
+    np.testing.assert_allclose(fast.utilities(members), naive.utilities(members), rtol=0, atol=1e-10)
+    # The same layers with groups=1 take the fast path, through the Unflatten.
+    model[1] = nn.Conv2d(2, 4, 3).double()
+    g = params_of(model)
+    deltas = [{k: 0.3 * torch.randn_like(v) for k, v in g.items()} for _ in range(3)]
+    fast = RoundGame(model, g, deltas, [1, 2, 3], x, y, mode="fast", metric="neg_loss")
+    naive = RoundGame(model, g, deltas, [1, 2, 3], x, y, mode="naive", metric="neg_loss")
+    assert fast.mode == "fast"
     np.testing.assert_allclose(fast.utilities(members), naive.utilities(members), rtol=0, atol=1e-10)

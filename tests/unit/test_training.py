@@ -11,7 +11,15 @@ import torch
 from fedsv.common.corruptions import Corruption, PixelBackdoor
 from fedsv.common.data import DatasetSplits, load_dataset
 from fedsv.common.models import build_model
-from fedsv.common.training import TrainConfig, apply_delta, evaluate, fedavg, local_update, params_of
+from fedsv.common.training import (
+    TrainConfig,
+    apply_delta,
+    evaluate,
+    fedavg,
+    load_params,
+    local_update,
+    params_of,
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -88,8 +96,14 @@ def test_local_update_errors(splits: DatasetSplits) -> None:
     with pytest.raises(ValueError, match="no training samples"):
         local_update(model, start, splits.train.x[:0], splits.train.y[:0], TrainConfig(), seed=0)
     with pytest.raises(ValueError, match="parameter names differ"):
-        local_update(model, {"stem.weight": start["stem.weight"]}, splits.train.x[:8], splits.train.y[:8],
-                     TrainConfig(), seed=0)
+        local_update(
+            model,
+            {"1.weight": start["1.weight"]},
+            splits.train.x[:8],
+            splits.train.y[:8],
+            TrainConfig(),
+            seed=0,
+        )
     with pytest.raises(ValueError, match="labels"):
         local_update(model, start, splits.train.x[:8], splits.train.y[:7], TrainConfig(), seed=0)
 
@@ -128,3 +142,59 @@ def test_fedavg_and_apply_delta() -> None:
         fedavg([d1, d2], [0, 0])
     with pytest.raises(ValueError, match="parameter names differ"):
         apply_delta(params, {"w": d1["w"]})
+
+
+def _batchnorm_mlp(seed: int) -> torch.nn.Sequential:
+    """784 -> 16 with BatchNorm1d after the first Linear: float running_mean/var, int num_batches_tracked."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(
+            torch.nn.Flatten(),
+            torch.nn.Linear(784, 16),
+            torch.nn.BatchNorm1d(16),
+            torch.nn.ReLU(),
+            torch.nn.Linear(16, 10),
+        )
+
+
+def test_float_buffers_travel_and_integer_buffers_stay_local(splits: DatasetSplits) -> None:
+    model = _batchnorm_mlp(0)
+    start = params_of(model)
+    buffers = {"2.running_mean", "2.running_var"}
+    assert start.keys() == {*dict(model.named_parameters()), *buffers}
+    assert "2.num_batches_tracked" in model.state_dict() and "2.num_batches_tracked" not in start
+    x, y = splits.train.x, splits.train.y
+    config = TrainConfig(batch_size=16)
+    deltas = [
+        local_update(model, start, x[48 * i : 48 * i + 48], y[48 * i : 48 * i + 48], config, seed=i)
+        for i in range(2)
+    ]
+    for delta in deltas:
+        assert delta.keys() == start.keys()  # running statistics included, the batch counter not
+        assert all(float(delta[k].abs().max()) > 0 for k in buffers)  # BatchNorm updated them in train mode
+    # The model holds trained = start + delta, buffers too; its batch counter counted both updates.
+    trained = params_of(model)
+    assert all(torch.allclose(trained[k], start[k] + deltas[-1][k], atol=1e-6) for k in start)
+    assert int(model.state_dict()["2.num_batches_tracked"]) == 2 * 3
+    # FedAvg averages buffers exactly like parameters.
+    avg = fedavg(deltas, [1, 3])
+    for k in start:
+        assert torch.allclose(avg[k], (deltas[0][k] + 3 * deltas[1][k]) / 4, atol=1e-7)
+    new = apply_delta(start, avg)
+    # load_params loads the buffers; predict/evaluate with params use them (eval mode).
+    fresh = _batchnorm_mlp(5)
+    load_params(fresh, new)
+    assert all(torch.equal(fresh.state_dict()[k], new[k]) for k in new)
+    assert int(fresh.state_dict()["2.num_batches_tracked"]) == 0  # never loaded
+    xv, yv = splits.validation.x, splits.validation.y
+    assert evaluate(model, new, xv, yv) == evaluate(fresh, None, xv, yv)
+    stale = {**new, **{k: start[k] for k in buffers}}
+    assert evaluate(model, stale, xv, yv)[1] != evaluate(model, new, xv, yv)[1]  # the buffers matter
+    with pytest.raises(ValueError, match="unexpected"):
+        load_params(fresh, {**new, "2.num_batches_tracked": torch.tensor(0)})
+    with pytest.raises(ValueError, match=r"missing \['2.running_var'\]"):
+        load_params(fresh, {k: v for k, v in new.items() if k != "2.running_var"})
+    with pytest.raises(ValueError, match=r"2\.running_mean has shape"):
+        load_params(fresh, {**new, "2.running_mean": torch.zeros(3)})
+    with pytest.raises(ValueError, match="parameter names differ"):
+        evaluate(model, {k: v for k, v in new.items() if k not in buffers}, xv, yv)

@@ -1,4 +1,4 @@
-"""Data sets for fedsv: the embedded MNIST sample, MNIST/Fashion-MNIST IDX files and CIFAR-10 batches."""
+"""Data sets for fedsv: embedded MNIST sample, MNIST/Fashion-MNIST IDX, CIFAR-10; read_data for others."""
 
 from fedsv.common.data.cifar10 import load_cifar10, read_cifar10_batch
 from fedsv.common.data.dataset import ArrayDataset, DatasetSplits
@@ -12,6 +12,16 @@ from fedsv.common.data.mnist_idx import (
     read_idx_labels,
 )
 from fedsv.common.data.registry import DATASET_NAMES, load_dataset
+from fedsv.common.data.sources import (
+    DataError,
+    Samples,
+    read_cifar10_samples,
+    read_data,
+    read_idx_samples,
+    read_image_folder,
+    read_npz,
+    read_table,
+)
 
 __all__ = [
     "DATASET_NAMES",
@@ -19,13 +29,21 @@ __all__ = [
     "IDX_IMAGES_MAGIC",
     "IDX_LABELS_MAGIC",
     "ArrayDataset",
+    "DataError",
     "DatasetSplits",
+    "Samples",
     "load_cifar10",
     "load_dataset",
     "load_embedded",
     "load_mnist_idx",
     "read_cifar10_batch",
+    "read_cifar10_samples",
+    "read_data",
     "read_idx",
     "read_idx_images",
     "read_idx_labels",
+    "read_idx_samples",
+    "read_image_folder",
+    "read_npz",
+    "read_table",
 ]

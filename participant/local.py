@@ -1,0 +1,103 @@
+"""A rank's local side of a run: its task, its own samples, its model, and one round of local training."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from fedsv.common.corruptions import Corruption
+from fedsv.common.data.sources import Samples, read_data
+from fedsv.common.shards import is_simulated
+from fedsv.common.task import LoadedTask, TaskError, TrainContext, as_samples
+from fedsv.common.task_data import SimulationSettings, rank_samples, rank_source, run_task
+from fedsv.common.v1 import fedsv_pb2
+
+# A task's training may seed torch's process-global RNG (dropout): ranks of one process train one at a
+# time so every rank's delta is the same whichever ranks share its process. Processes give parallelism.
+_TRAIN_LOCK = threading.Lock()
+
+
+class LocalSetupError(Exception):
+    """This rank cannot take part as configured (its task differs from the run's, its data is bad)."""
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """What a participant process was told on its command line, for every rank it plays."""
+
+    task: str = ""  # --task; "" = the run's built-in paper task
+    data: str = ""  # --data, with {rank} filled in per rank; "" = the run's simulation
+    data_dir: str = ""  # --data-dir: the simulated data set's files
+
+
+def preload(settings: LocalSettings, task: LoadedTask | None, rank: int) -> Samples | None:
+    """The rank's samples when they come from its own files (known before Join), else None."""
+    if not settings.data.strip():
+        return None
+    source = rank_source(settings.data, rank, dataset="")
+    if is_simulated(source):
+        return None
+    if task is None:  # the built-in tasks read the standard sources
+        return as_samples(read_data(source), source)
+    return task.local_data(source)
+
+
+@dataclass
+class LocalRank:
+    """Everything one rank trains with, once the run's spec is known."""
+
+    rank: int
+    task: LoadedTask
+    samples: Samples
+    corruption: Corruption | None
+    model: nn.Module
+
+    @classmethod
+    def prepare(
+        cls,
+        rank: int,
+        spec: fedsv_pb2.RunSpec,
+        settings: LocalSettings,
+        task: LoadedTask | None,
+        samples: Samples | None,
+    ) -> LocalRank:
+        """Check the run's task is ours, then load our samples (if not loaded yet) and build the model."""
+        if spec.task.strip() != settings.task.strip():
+            ours, theirs = settings.task.strip() or "(built in)", spec.task.strip() or "(built in)"
+            raise LocalSetupError(f"the run's task is {theirs}, this participant was given --task {ours}")
+        try:
+            loaded = task if task is not None else run_task(spec.task, spec.model, spec.dataset)
+            corruption: Corruption | None = None
+            if samples is None:
+                simulation = SimulationSettings(
+                    settings.data_dir, spec.seed, spec.validation_size, spec.world_size, spec.partition
+                )
+                source = rank_source(settings.data, rank, spec.dataset)
+                samples, corruption = rank_samples(
+                    loaded, source, rank, simulation, spec.corruption or "none"
+                )
+            elif (spec.corruption or "none") != "none":
+                raise TaskError(f"the run corrupts rank {rank}, which applies to simulated data only")
+            model = loaded.build_model(spec.seed)
+        except (TaskError, ValueError) as exc:
+            raise LocalSetupError(str(exc)) from exc
+        return cls(rank, loaded, samples, corruption, model)
+
+    def train(
+        self, params: dict[str, Tensor], task: fedsv_pb2.RoundTask, train: fedsv_pb2.TrainSettings
+    ) -> dict[str, Tensor]:
+        """One round of local training from the global state `params`; returns the delta."""
+        context = TrainContext(
+            round=task.round,
+            rank=self.rank,
+            seed=task.train_seed,
+            epochs=train.epochs,
+            batch_size=train.batch_size,
+            lr=train.lr,
+            momentum=train.momentum,
+            weight_decay=train.weight_decay,
+        )
+        with _TRAIN_LOCK:
+            return self.task.local_update(self.model, params, self.samples, context, self.corruption)
