@@ -8,13 +8,15 @@ import logging
 import math
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from fedsv.common.ranks import participant_id
 from fedsv.common.round_step import EvalSet, RoundOutcome, select_ranks, step_round, train_seed
+from fedsv.common.task import LoadedTask
 from fedsv.common.task_data import evaluation_samples
 from fedsv.common.training import evaluate, params_of
 from fedsv.common.wire import encode_tensor_set
@@ -54,6 +56,28 @@ class PhaseClock:
         self._last = now
 
 
+@dataclass(frozen=True)
+class RunInputs:
+    """What the coordinator's side of a run is made of: the task, w_0's model, validation and test sets."""
+
+    task: LoadedTask
+    model: nn.Module
+    validation: EvalSet
+    test: EvalSet | None
+
+    @classmethod
+    def load(cls, run: RunConfig) -> RunInputs:
+        """Import the task, build the model and read the data; a bad task or file raises ValueError."""
+        task = run.load_task()
+        model = task.build_model(run.seed)
+        validation = evaluation_samples(task, run.validation_source, "validation", run.simulation())
+        test = None
+        if run.test_source:
+            samples = evaluation_samples(task, run.test_source, "test", run.simulation())
+            test = EvalSet(samples.x, samples.y)
+        return cls(task, model, EvalSet(validation.x, validation.y), test)
+
+
 class RoundLoop:
     """Runs the rounds of one run; resumes from the ledger's checkpoint after a restart."""
 
@@ -64,18 +88,13 @@ class RoundLoop:
         state: RunState,
         ledger: Ledger,
         metrics: CoordinatorMetrics,
+        inputs: RunInputs,
     ) -> None:
         self.run_config, self.server_config = run, server
         self.state, self.ledger, self.metrics = state, ledger, metrics
         self.stop_event = threading.Event()
-        self.task = run.load_task()
-        self.model = self.task.build_model(run.seed)
-        validation = evaluation_samples(self.task, run.validation_source, "validation", run.simulation())
-        self.validation = EvalSet(validation.x, validation.y)
-        self.test: EvalSet | None = None
-        if run.test_source:
-            test = evaluation_samples(self.task, run.test_source, "test", run.simulation())
-            self.test = EvalSet(test.x, test.y)
+        self.task, self.model = inputs.task, inputs.model
+        self.validation, self.test = inputs.validation, inputs.test
         self.params = params_of(self.model)
         self.rng = np.random.default_rng(run.seed)
         self.schedule = run.schedule()

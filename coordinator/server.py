@@ -27,7 +27,7 @@ from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.interceptors import MalformedRequests
 from fedsv.coordinator.ledger import Ledger
 from fedsv.coordinator.metrics import CoordinatorMetrics, serve_metrics, stop_metrics
-from fedsv.coordinator.round_loop import RoundLoop
+from fedsv.coordinator.round_loop import RoundLoop, RunInputs
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
 
@@ -85,6 +85,8 @@ class Coordinator:
         state_dir = Path(server.state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id_of(run)
+        # The task and its data first: a bad task or file must not leave a run recorded in the ledger.
+        inputs = RunInputs.load(run)
         self.ledger = Ledger(state_dir / "ledger.sqlite")
         self.ledger.ensure_run(self.run_id, run.to_dict())
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -98,7 +100,7 @@ class Coordinator:
             max_samples=server.max_samples_per_participant,
         )
         self.state.on_connected = self.metrics.set_connected
-        self.loop = RoundLoop(run, server, self.state, self.ledger, self.metrics)
+        self.loop = RoundLoop(run, server, self.state, self.ledger, self.metrics, inputs)
         specs = make_run_spec(run, self.run_id, server.max_chunk_bytes)
         self.servicer = CoordinatorServicer(
             self.state,

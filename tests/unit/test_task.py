@@ -129,3 +129,28 @@ def test_loader_failures_name_the_task_and_the_path(task_file: Path) -> None:
     task = load_task(f"{task_file}:task")
     with pytest.raises(DataError, match="no such file"):
         task.local_data(str(task_file.parent / "absent.csv"))
+
+
+MODULE_TASK = """
+import numpy as np
+from torch import nn
+
+def build_model():
+    return nn.Linear(2, 2)
+
+def load_local(path):
+    return np.zeros((3, 2), np.float32), np.array([0, 1, 1])
+
+load_validation = load_local
+"""
+
+
+def test_a_module_can_itself_be_the_task(tmp_path: Path) -> None:
+    (tmp_path / "module_task.py").write_text(MODULE_TASK)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        task = load_task("module_task")  # no attribute: the module is the task
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert task.metric == "accuracy" and len(task.validation_data("v")) == 3
+    assert len(task.test_data("t")) == 3  # no load_test: the validation loader reads test data
