@@ -74,7 +74,10 @@ def _ledger_path(run_dir: str | Path) -> Path:
         raise ValueError(f"run directory {directory} does not exist")
     path = directory / LEDGER_NAME
     if not path.is_file():
-        raise ValueError(f"no {LEDGER_NAME} in {directory}: not a run directory written by `fedsv launch`")
+        raise ValueError(
+            f"no {LEDGER_NAME} in {directory}: not a run directory (fedsv launch --out) "
+            "or a coordinator's --state-dir"
+        )
     return path
 
 

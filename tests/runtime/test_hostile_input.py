@@ -83,6 +83,13 @@ class Target:
                 pending = [p for p in current.selected if p not in current.received]
             return (0 if current is None else current.round), tokens, pending, current
 
+    def declared(self, pid: str) -> int:
+        """The sample count `pid` declared at Join (0: unknown participant or not declared)."""
+        state = self.coordinator.state
+        with state.cond:
+            info = state.participants.get(pid)
+            return 0 if info is None else info.num_samples
+
     # ------------------------------------------------------------------ sending
     def call(self, method: str, payloads: list[bytes]) -> grpc.StatusCode:
         """Send raw bytes as the request(s) of `method`; the status code it ended with."""
@@ -208,6 +215,13 @@ def build_update(data: st.DataObject, target: Target, auth: str) -> list[fedsv_p
     # Every draw is made whatever the coordinator's state (hypothesis requires it); the state only
     # decides how a draw is used.
     pick, junk = data.draw(st.integers(0, 63)), data.draw(texts)
+    # Mostly the count the participant declared at Join (an attacker with a stolen token copies it),
+    # so the checks behind it are reached; sometimes another count, refused as a mismatch.
+    claim, other_count = (
+        data.draw(st.sampled_from(["declared"] * 3 + ["other"])),
+        data.draw(st.integers(1, 2**62)),
+    )
+    bad_count = data.draw(st.integers(-5, 0))
     when = data.draw(st.sampled_from(["open", "open", "open", "next", "previous", "any"]))
     any_round = data.draw(st.integers(-(2**31), 2**31 - 1))
     number, tokens, pending, _ = target.snapshot()
@@ -225,6 +239,7 @@ def build_update(data: st.DataObject, target: Target, auth: str) -> list[fedsv_p
         pid, token = (junk if junk not in tokens else junk + "?"), junk
     if auth != "stolen" and token == tokens.get(pid):
         token += "x"
+    count = (target.declared(pid) or other_count) if claim == "declared" else other_count
     offsets = {"open": 0, "next": 1, "previous": -1}
     round_number = number + offsets[when] if when in offsets else any_round
     defects = data.draw(st.lists(st.sampled_from(DEFECTS), min_size=1 if auth == "stolen" else 0, max_size=2))
@@ -251,7 +266,7 @@ def build_update(data: st.DataObject, target: Target, auth: str) -> list[fedsv_p
         participant_id=pid,
         session_token=token,
         round=round_number,
-        num_samples=data.draw(st.integers(-5, 0) if "num_samples" in defects else st.integers(1, 2**62)),
+        num_samples=bad_count if "num_samples" in defects else count,
         delta=header,
         train_seconds=data.draw(st.floats(allow_nan=True, allow_infinity=True)),
     )
