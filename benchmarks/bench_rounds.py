@@ -1,10 +1,11 @@
-"""Per-round latency breakdown and bytes per round of real `fedsv launch` runs, valuation on vs off.
+"""Per-round latency and bytes of real `fedsv launch` runs: valuation pipelined, inline and off.
 
 Usage: python benchmarks/bench_rounds.py [--participants 50] [--fraction 0.2] [--rounds 5] [--out DIR]
 
-Runs the paper's setting scaled to the embedded data (m = 10 of N = 50, MLP) twice through the real
-runtime (coordinator + participant processes on loopback): once with exact FedSV, once with valuation
-off. Prints one table of per-round phase medians and bytes for both, side by side.
+Runs the paper's setting scaled to the embedded data (m = 10 of N = 50, MLP) three times through the
+real runtime (coordinator + participant processes on loopback), same seed: exact FedSV valued in the
+background while the next round trains (pipelined, the default), exact FedSV valued before the next
+round (inline), and valuation off. Prints one table of per-round phase medians and bytes side by side.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.ledger import Ledger, RoundRecord
 
 
-def run_once(run: RunConfig, out: Path) -> tuple[list[RoundRecord], float]:
-    launch = Launch(run, LaunchConfig(out=str(out), metrics_port=-1))
+def run_once(run: RunConfig, out: Path, schedule: str) -> tuple[list[RoundRecord], float]:
+    launch = Launch(run, LaunchConfig(out=str(out), metrics_port=-1, valuation_schedule=schedule))
     started = time.perf_counter()
     try:
         launch.start()
@@ -72,24 +73,31 @@ def main() -> int:
     print(f"command: {' '.join(sys.argv)}")
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
     base = Path(args.out or tempfile.mkdtemp(prefix="fedsv-bench-rounds-"))
-    results = {}
-    for valuation in ("exact", "none"):
+    results: dict[str, dict[str, float]] = {}
+    for label, valuation, schedule in (
+        ("pipelined", "exact", "pipelined"),
+        ("inline", "exact", "inline"),
+        ("none", "none", "pipelined"),
+    ):
         run = RunConfig(
             participants=args.participants, fraction=args.fraction, rounds=args.rounds, valuation=valuation
         )
-        print(f"run with valuation={valuation} (m = {run.selected_per_round} of N = {run.participants}):")
-        records, wall = run_once(run, base / valuation)
-        results[valuation] = summarize(records)
-        results[valuation]["whole run (s)"] = wall
+        print(f"run {label}: valuation={valuation} (m = {run.selected_per_round} of N = {run.participants}):")
+        records, wall = run_once(run, base / label, schedule)
+        assert all(not r.pending for r in records), "every round has its values when the run ends"
+        results[label] = summarize(records)
+        results[label]["whole run (s)"] = wall
     print()
-    print(f"{'per round (median)':<28} {'valuation=exact':>16} {'valuation=none':>16} {'exact/none':>11}")
-    for key in results["exact"]:
-        a, b = results["exact"][key], results["none"][key]
-        ratio = f"{a / b:11.3f}" if b else f"{'-':>11}"
+    columns = f"{'pipelined':>12} {'inline':>12} {'none':>12} {'pipe/none':>10} {'inline/none':>11}"
+    print(f"{'per round (median)':<28} {columns}")
+    for key in results["none"]:
+        p, i, n = results["pipelined"][key], results["inline"][key], results["none"][key]
+        ratios = [f"{x / n:10.3f}" if n else f"{'-':>10}" for x in (p, i)]
         unit = "" if "bytes" in key or "messages" in key or "ratio" in key or "evaluations" in key else " s"
-        print(f"{key + unit:<28} {a:16.4f} {b:16.4f} {ratio}")
+        print(f"{key + unit:<28} {p:12.4f} {i:12.4f} {n:12.4f} {ratios[0]} {ratios[1]:>11}")
     same = all(
-        results["exact"][k] == results["none"][k]
+        results[label][k] == results["none"][k]
+        for label in ("pipelined", "inline")
         for k in ("bytes up / round", "bytes down / round", "messages / round")
     )
     print(f"\nidentical bytes and messages with and without valuation: {same}")

@@ -182,6 +182,13 @@ class ServerConfig:
         metadata={"help": "plaintext port serving only the gRPC health service (0 = ephemeral, -1 = off)"},
     )
     max_tensors: int = field(default=1024, metadata={"help": "most tensors an update may announce"})
+    valuation_schedule: str = field(
+        default="pipelined",
+        metadata={"help": "pipelined (value round t while round t+1 trains) | inline (value, then go on)"},
+    )
+    valuation_queue: int = field(
+        default=2, metadata={"help": "pipelined: rounds that may wait for their values before rounds wait"}
+    )
     max_samples_per_participant: int = field(
         default=10_000_000, metadata={"help": "largest sample count a participant may declare at Join"}
     )
@@ -206,6 +213,12 @@ class ServerConfig:
             )
         if self.max_tensors < 1 or self.max_streams_per_participant < 1:
             raise ValueError("max_tensors and max_streams_per_participant must be at least 1")
+        if self.valuation_schedule not in ("pipelined", "inline"):
+            raise ValueError(
+                f"valuation_schedule must be pipelined or inline, got {self.valuation_schedule!r}"
+            )
+        if self.valuation_queue < 1:
+            raise ValueError(f"valuation_queue must be at least 1, got {self.valuation_queue}")
         if self.max_samples_per_participant < 1:
             raise ValueError(
                 f"max_samples_per_participant must be at least 1, got {self.max_samples_per_participant}"

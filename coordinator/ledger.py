@@ -15,15 +15,24 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fedsv.coordinator.records import Checkpoint, RoundRecord, TrafficRow, UpdateRow, ValueRow
+from fedsv.coordinator.records import (
+    PENDING,
+    Checkpoint,
+    RoundRecord,
+    TrafficRow,
+    UpdateRow,
+    ValuationSummary,
+    ValueRow,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Checkpoint", "Ledger", "LedgerError", "RoundRecord", "TrafficRow", "UpdateRow", "ValueRow"]
 
 SCHEMA_VERSION = 2
-# Version 2 adds the updates table (each aggregated update's sample count); a version-1 file gains it
-# when a coordinator opens it, and reads as having no update rows until then.
+# Version 2 adds the updates table (each aggregated update's sample count) and the rounds' valued_at
+# (when a round's values were committed: valuation may run behind the rounds). A version-1 file gains
+# both when a coordinator opens it, and reads as having no update rows until then.
 _UPDATES_TABLE = (
     "CREATE TABLE updates (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
     "num_samples INTEGER NOT NULL CHECK (num_samples >= 1), train_seconds REAL NOT NULL, "
@@ -68,6 +77,15 @@ def _is_count(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
+def _check_values(n: int, received: Sequence[str], values: Sequence[ValueRow]) -> None:
+    for row in values:
+        reals = (row.fedsv, row.loo, row.fedsv_normalized, row.loo_normalized)
+        if row.round != n or row.participant not in received:
+            raise LedgerError(f"round {n}: value row {row} is not of a participant received in this round")
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in reals):
+            raise LedgerError(f"round {n}: value row {row} holds a non-finite or non-numeric value")
+
+
 def _check_commit(
     record: RoundRecord, values: Sequence[ValueRow], traffic: Sequence[TrafficRow], checkpoint: Checkpoint
 ) -> None:
@@ -78,12 +96,7 @@ def _check_commit(
         raise LedgerError(f"round {n!r}: the round must be an int >= 1 and participant ids str")
     if checkpoint.round != n:
         raise LedgerError(f"round {n}: the checkpoint is of round {checkpoint.round!r}")
-    for row in values:
-        reals = (row.fedsv, row.loo, row.fedsv_normalized, row.loo_normalized)
-        if row.round != n or row.participant not in record.received:
-            raise LedgerError(f"round {n}: value row {row} is not of a participant received in this round")
-        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in reals):
-            raise LedgerError(f"round {n}: value row {row} holds a non-finite or non-numeric value")
+    _check_values(n, record.received, values)
     for t in traffic:
         ok = t.round == n and t.direction in ("up", "down") and isinstance(t.rpc, str) and bool(t.rpc)
         if not (ok and _is_count(t.bytes) and _is_count(t.messages)):
@@ -147,7 +160,7 @@ class Ledger:
         with self._transaction(write=not self.read_only) as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             self._empty = not tables and self.read_only
-            self._has_updates = "updates" in tables or not tables
+            self._has_updates = "updates" in tables or not tables  # False: a version-1 file, read only
             if "meta" in tables:
                 row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
                 if row is None or row[0] not in ("1", str(SCHEMA_VERSION)):
@@ -155,6 +168,7 @@ class Ledger:
                     raise LedgerError(f"{self.path}: schema {found}; this fedsv reads 1 and {SCHEMA_VERSION}")
                 if row[0] == "1" and not self.read_only:
                     conn.execute(_UPDATES_TABLE + _STRICT)
+                    conn.execute("ALTER TABLE rounds ADD COLUMN valued_at REAL")
                     conn.execute(
                         "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
                     )
@@ -275,7 +289,11 @@ class Ledger:
 
     def rounds(self) -> list[RoundRecord]:
         out = []
-        for row in self._query(f"SELECT {', '.join(n for n, _ in _ROUND_FIELDS)} FROM rounds ORDER BY round"):
+        # A version-1 file read without migrating has no valued_at column: NULL (NaN) stands in.
+        columns = ", ".join(
+            "NULL" if n == "valued_at" and not self._has_updates else n for n, _ in _ROUND_FIELDS
+        )
+        for row in self._query(f"SELECT {columns} FROM rounds ORDER BY round"):
             kw: dict[str, Any] = {
                 n: json.loads(v) if k == "list[str]" else (math.nan if v is None else v)
                 for (n, k), v in zip(_ROUND_FIELDS, row, strict=True)
@@ -286,6 +304,43 @@ class Ledger:
     def values(self) -> list[ValueRow]:
         """Value rows by round; within a round in the order committed (the round's participant order)."""
         return [ValueRow(*r) for r in self._query("SELECT * FROM round_values ORDER BY round, rowid")]
+
+    def commit_values(self, number: int, values: Sequence[ValueRow], summary: ValuationSummary) -> None:
+        """Record a pending round's values and its valuation fields, in one transaction.
+
+        Rounds are valued in order: the round must be the first one still pending. Value rows must
+        be of participants received in that round.
+        """
+        self._writable()
+        try:
+            with self._transaction() as conn:
+                first = conn.execute("SELECT min(round) FROM rounds WHERE method = ?", (PENDING,)).fetchone()[
+                    0
+                ]
+                if first != number:
+                    raise LedgerError(f"round {number} is not the first round awaiting values ({first})")
+                (received,) = conn.execute(
+                    "SELECT received FROM rounds WHERE round = ?", (number,)
+                ).fetchone()
+                _check_values(number, json.loads(received), values)
+                fields = dataclasses.asdict(summary)
+                assignments = ", ".join(f"{name} = ?" for name in fields)
+                conn.execute(
+                    f"UPDATE rounds SET {assignments} WHERE round = ?",
+                    [None if isinstance(v, float) and math.isnan(v) else v for v in fields.values()]
+                    + [number],
+                )
+                conn.executemany(
+                    "INSERT INTO round_values VALUES (?, ?, ?, ?, ?, ?)", map(dataclasses.astuple, values)
+                )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"values of round {number} not recorded: {exc}") from exc
+
+    def pending_rounds(self) -> list[int]:
+        """Rounds committed whose values are not yet (the background valuation's backlog), in order."""
+        return [
+            r[0] for r in self._query(f"SELECT round FROM rounds WHERE method = '{PENDING}' ORDER BY round")
+        ]
 
     def updates(self) -> list[UpdateRow]:
         """Every aggregated update's declared sample count, by round and participant."""

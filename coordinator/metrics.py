@@ -83,6 +83,17 @@ class CoordinatorMetrics:
         self.group_rationality_residual = Gauge(
             "fedsv_group_rationality_residual", "Last round: sum of values - (U_after - U_before)", registry=r
         )
+        self.valuation_queue_depth = Gauge(
+            "fedsv_valuation_queue_depth", "Rounds committed and waiting for their values", registry=r
+        )
+        self.valuation_lag_rounds = Gauge(
+            "fedsv_valuation_lag_rounds", "Rounds the values run behind the last committed round", registry=r
+        )
+        self.valuation_lag_seconds = Gauge(
+            "fedsv_valuation_lag_seconds",
+            "Seconds from the last valued round's commit to its values' commit",
+            registry=r,
+        )
         self.round_bytes = Gauge("fedsv_round_bytes", "Bytes of the last round", ["direction"], registry=r)
         self.round_bytes_ratio = Gauge(
             "fedsv_round_bytes_ratio_to_minimum",
@@ -104,24 +115,37 @@ class CoordinatorMetrics:
 
     # ------------------------------------------------------------------ per round
     def observe_round(self, record: RoundRecord, cumulative: Mapping[str, Mapping[str, float]]) -> None:
-        """A committed round: counters and histograms move on, gauges show this round and the totals.
+        """A round committed with its values (inline valuation): both halves below.
 
         `cumulative` is FederatedValuation.totals() after the round (keys "fedsv", "fedsv_normalized", ...).
         """
+        self.observe_training(record)
+        self.observe_values(record, cumulative)
+
+    def observe_training(self, record: RoundRecord) -> None:
+        """A committed round (its values may follow later): counters, histograms and its gauges."""
         self.rounds_completed.inc()
         self.stragglers.inc(len(record.stragglers))
-        self.utility_evaluations.inc(record.evaluations)
         self.round_duration.observe(record.round_seconds)
-        self.valuation_duration.observe(record.valuation_seconds)
-        phases = (
-            record.train_wait_seconds,
-            record.aggregation_seconds,
-            record.valuation_seconds,
-            record.evaluation_seconds,
-        )
-        for phase, seconds in zip(PHASES, phases, strict=True):
+        phases = (record.train_wait_seconds, record.aggregation_seconds, record.evaluation_seconds)
+        for phase, seconds in zip(("train_wait", "aggregation", "evaluation"), phases, strict=True):
             self.phase_duration.labels(phase=phase).observe(seconds)
-        self._set_gauges(record, cumulative)
+        self._set_round_gauges(record)
+
+    def observe_values(
+        self, record: RoundRecord, cumulative: Mapping[str, Mapping[str, float]], lag_rounds: int = 0
+    ) -> None:
+        """A round's values committed (`record` with its valuation fields): valuation metrics and totals.
+
+        lag_rounds: rounds committed but not yet valued after this one (0 with inline valuation).
+        """
+        self.utility_evaluations.inc(record.evaluations)
+        self.valuation_duration.observe(record.valuation_seconds)
+        self.phase_duration.labels(phase="valuation").observe(record.valuation_seconds)
+        self.valuation_lag_rounds.set(lag_rounds)
+        lag = record.valuation_lag_seconds
+        self.valuation_lag_seconds.set(0.0 if math.isnan(lag) else max(0.0, lag))
+        self._set_value_gauges(record, cumulative)
 
     def restore(self, records: Sequence[RoundRecord], cumulative: Mapping[str, Mapping[str, float]]) -> None:
         """After a coordinator restart: gauges from the ledger's last round and totals.
@@ -130,21 +154,26 @@ class CoordinatorMetrics:
         re-seeded from the ledger, so a restart reads as a counter reset, not as a burst of rounds.
         """
         if records:
-            self._set_gauges(max(records, key=lambda rec: rec.round), cumulative)
+            self._set_round_gauges(max(records, key=lambda rec: rec.round))
+            valued = [rec for rec in records if not rec.pending]
+            if valued:
+                self._set_value_gauges(max(valued, key=lambda rec: rec.round), cumulative)
             logger.info("metrics restored after round %d", max(rec.round for rec in records))
 
-    def _set_gauges(self, record: RoundRecord, cumulative: Mapping[str, Mapping[str, float]]) -> None:
+    def _set_round_gauges(self, record: RoundRecord) -> None:
         self.current_round.set(record.round)
         self.global_accuracy.set(record.test_accuracy)
         self.global_loss.set(record.test_loss)
         self.participants_selected.set(len(record.selected))
         self.participants_received.set(len(record.received))
-        self.valuation_last_seconds.set(record.valuation_seconds)
-        self.group_rationality_residual.set(record.group_rationality_residual)
         self.round_bytes.labels(direction="up").set(record.bytes_up)
         self.round_bytes.labels(direction="down").set(record.bytes_down)
         ratio = record.bytes_ratio_to_minimum
         self.round_bytes_ratio.set(math.nan if ratio is None else ratio)
+
+    def _set_value_gauges(self, record: RoundRecord, cumulative: Mapping[str, Mapping[str, float]]) -> None:
+        self.valuation_last_seconds.set(record.valuation_seconds)
+        self.group_rationality_residual.set(record.group_rationality_residual)
         for pid, value in cumulative.get("fedsv", {}).items():
             self.participant_fedsv.labels(participant=pid).set(value)
         for pid, value in cumulative.get("fedsv_normalized", {}).items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -9,6 +10,22 @@ import numpy as np
 
 from fedsv.valuation import FederatedValuation, RoundValues
 from fedsv.valuation.rounds import normalized
+
+PENDING = "pending"
+"""The valuation method recorded for a round whose values the background worker has yet to commit."""
+
+
+@dataclass(frozen=True)
+class ValuationSummary:
+    """What a round's valuation adds to its record once done (see Ledger.commit_values)."""
+
+    utility_before: float
+    utility_after: float
+    method: str
+    evaluations: int
+    valuation_seconds: float
+    group_rationality_residual: float
+    valued_at: float
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,17 @@ class RoundRecord:
     started_at: float
     finished_at: float
     local_train_seconds: float = 0.0  # slowest received participant's own training time (its report)
+    valued_at: float = math.nan  # when its values were committed; NaN while valuation is pending
+
+    @property
+    def pending(self) -> bool:
+        """Committed, its values not yet: the background valuation has this round still to do."""
+        return self.method == PENDING
+
+    @property
+    def valuation_lag_seconds(self) -> float:
+        """Seconds from the round's commit to its values' commit (NaN while pending or not recorded)."""
+        return self.valued_at - self.finished_at
 
     @property
     def physical_minimum_bytes(self) -> int:
@@ -110,6 +138,19 @@ def value_rows(values: RoundValues) -> list[ValueRow]:
         )
         for i, pid in enumerate(values.participants)
     ]
+
+
+def valuation_summary(values: RoundValues, valued_at: float) -> ValuationSummary:
+    """The fields a round's record gains from its values."""
+    return ValuationSummary(
+        utility_before=values.utility_before,
+        utility_after=values.utility_after,
+        method=values.method,
+        evaluations=values.evaluations,
+        valuation_seconds=values.seconds,
+        group_rationality_residual=values.group_rationality_residual,
+        valued_at=valued_at,
+    )
 
 
 def federated_valuation(records: Sequence[RoundRecord], rows: Sequence[ValueRow]) -> FederatedValuation:

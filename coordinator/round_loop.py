@@ -8,24 +8,26 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from fedsv.common.ranks import participant_id
-from fedsv.common.round_step import EvalSet, RoundOutcome, select_ranks, step_round, train_seed
-from fedsv.common.task import LoadedTask
-from fedsv.common.task_data import evaluation_samples
+from fedsv.common.round_step import ClientUpdate, aggregate, select_ranks, step_round, train_seed
 from fedsv.common.training import evaluate, params_of
+from fedsv.common.v1 import fedsv_pb2
 from fedsv.common.wire import encode_tensor_set
 from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow, UpdateRow
 from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.records import federated_valuation, value_rows
+from fedsv.coordinator.pending import PendingRound, PendingStore
+from fedsv.coordinator.records import PENDING, federated_valuation, value_rows
+from fedsv.coordinator.run_inputs import RunInputs
 from fedsv.coordinator.run_state import OpenRound, RunState
-from fedsv.valuation import FederatedValuation
+from fedsv.coordinator.valuation_worker import ValuationWorker
+from fedsv.valuation import FederatedValuation, RoundValues
 
 logger = logging.getLogger(__name__)
 
@@ -56,28 +58,6 @@ class PhaseClock:
         self._last = now
 
 
-@dataclass(frozen=True)
-class RunInputs:
-    """What the coordinator's side of a run is made of: the task, w_0's model, validation and test sets."""
-
-    task: LoadedTask
-    model: nn.Module
-    validation: EvalSet
-    test: EvalSet | None
-
-    @classmethod
-    def load(cls, run: RunConfig) -> RunInputs:
-        """Import the task, build the model and read the data; a bad task or file raises ValueError."""
-        task = run.load_task()
-        model = task.build_model(run.seed)
-        validation = evaluation_samples(task, run.validation_source, "validation", run.simulation())
-        test = None
-        if run.test_source:
-            samples = evaluation_samples(task, run.test_source, "test", run.simulation())
-            test = EvalSet(samples.x, samples.y)
-        return cls(task, model, EvalSet(validation.x, validation.y), test)
-
-
 class RoundLoop:
     """Runs the rounds of one run; resumes from the ledger's checkpoint after a restart."""
 
@@ -100,6 +80,9 @@ class RoundLoop:
         self.schedule = run.schedule()
         self.accounting = FederatedValuation()
         self.completed = 0
+        self.store = PendingStore(Path(server.state_dir) / "pending")
+        self.backlog: list[PendingRound] = []  # rounds committed before a restart, not yet valued
+        self.worker: ValuationWorker | None = None
         self._resume()
 
     # ------------------------------------------------------------------ restart
@@ -113,25 +96,56 @@ class RoundLoop:
         records = self.ledger.rounds()
         self.accounting = federated_valuation(records, self.ledger.values())
         self.metrics.restore(records, self.accounting.totals())
-        logger.info("resumed after round %d from the ledger's checkpoint", self.completed)
+        pending = self.ledger.pending_rounds()
+        self.store.prune(keep=set(pending))  # inputs of rounds valued already, or never committed
+        self.backlog = [self.store.load(number) for number in pending]  # ValueError: inputs lost
+        logger.info(
+            "resumed after round %d from the ledger's checkpoint; %d rounds await their values",
+            self.completed,
+            len(pending),
+        )
 
     # ------------------------------------------------------------------ loop
     def run(self) -> str:
-        """Run the remaining rounds; returns the end reason ("finished" or why it stopped)."""
+        """Run the remaining rounds; returns the end reason ("finished" or why it stopped).
+
+        With pipelined valuation the run is finished once every round also has its values: the
+        participants are released after the last round, then the backlog is valued.
+        """
+        if self.server_config.valuation_schedule == "pipelined" and self.run_config.valuation != "none":
+            self.worker = ValuationWorker(
+                self.model,
+                self.validation,
+                self.task.metric,
+                self.run_config.valuation_spec,
+                self.accounting,
+                self.ledger,
+                self.metrics,
+                self.store,
+                self.server_config.valuation_queue,
+            )
+            for pending in self.backlog:
+                self.worker.submit(pending)
+        try:
+            reason = self._rounds()
+            self.state.finish(reason, self.completed)
+            if reason == "finished" and self.worker is not None and not self.worker.drain(self.stop_event):
+                reason = "stopped" if self.stop_event.is_set() else f"stopped: {self.worker.error}"
+            return reason
+        finally:
+            if self.worker is not None:
+                self.worker.close()
+
+    def _rounds(self) -> str:
         run = self.run_config
         if self.completed >= run.rounds:
-            self.state.finish("finished", self.completed)
             return "finished"
         if not self._wait_for_participants():
-            reason = "stopped" if self.stop_event.is_set() else "stopped: participants did not join in time"
-            self.state.finish(reason, self.completed)
-            return reason
+            return "stopped" if self.stop_event.is_set() else "stopped: participants did not join in time"
         for number in range(self.completed + 1, run.rounds + 1):
             reason = self._round(number)
             if reason:
-                self.state.finish(reason, self.completed)
                 return reason
-        self.state.finish("finished", self.completed)
         return "finished"
 
     def _wait_for_participants(self) -> bool:
@@ -152,6 +166,8 @@ class RoundLoop:
 
     def _round(self, number: int) -> str:
         run = self.run_config
+        if self.worker is not None and not self.worker.wait_for_room(self.stop_event):
+            return "stopped" if self.stop_event.is_set() else f"stopped: {self.worker.error}"
         clock = PhaseClock()
         selected = self._select(number)
         header, payloads = encode_tensor_set(self.params, chunk_bytes=self.server_config.max_chunk_bytes)
@@ -167,84 +183,108 @@ class RoundLoop:
             return "stopped" if self.stop_event.is_set() else f"stopped: no quorum in round {number}"
         closed = self.state.close_round()
         clock.lap("train_wait")
-        outcome = step_round(
-            self.model,
-            self.params,
-            list(closed.received.values()),
-            self.validation,
-            number,
-            run.valuation_spec(number),
-            self.accounting,
-            metric=self.task.metric,
-        )
-        clock.lap("aggregation_and_valuation")  # split by the outcome's own timings
+        updates: list[ClientUpdate] = list(closed.received.values())
+        if self.worker is None:  # inline: aggregate and value before the next round
+            outcome = step_round(
+                self.model,
+                self.params,
+                updates,
+                self.validation,
+                number,
+                run.valuation_spec(number),
+                self.accounting,
+                metric=self.task.metric,
+            )
+            new_params, values = outcome.params, outcome.values
+            aggregation, valuation = outcome.aggregation_seconds, outcome.valuation_seconds
+        else:  # pipelined: the worker values this round while the next one trains
+            started = time.perf_counter()
+            new_params, values = aggregate(self.params, updates, number), None
+            aggregation, valuation = time.perf_counter() - started, 0.0
+        clock.lap("aggregation_and_valuation")  # split by the timings above
         accuracy, loss = math.nan, math.nan  # no test set: nothing to report
         if self.test is not None:
-            accuracy, loss = evaluate(self.model, outcome.params, self.test.x, self.test.y)
+            accuracy, loss = evaluate(self.model, new_params, self.test.x, self.test.y)
         clock.lap("evaluation")
-        self._record(closed, outcome, accuracy, loss, header.total_bytes, clock)
-        self.params = outcome.params
+        pending = PendingRound(number, self.params, updates) if values is None else None
+        timings = (aggregation, valuation)
+        self._record(closed, new_params, values, timings, accuracy, loss, header, clock, pending)
+        if pending is not None and self.worker is not None:
+            self.worker.submit(pending)
+        self.params = new_params
         self.completed = number
         return ""
 
     def _record(
         self,
         closed: OpenRound,
-        outcome: RoundOutcome,
+        new_params: dict[str, Tensor],
+        values: RoundValues | None,
+        seconds: tuple[float, float],
         accuracy: float,
         loss: float,
-        model_bytes: int,
+        header: fedsv_pb2.TensorSetHeader,
         clock: PhaseClock,
-    ) -> None:
-        """Commit the round, its values, its traffic and the checkpoint in one ledger transaction."""
+        pending: PendingRound | None,
+    ) -> RoundRecord:
+        """Commit the round, its values (unless pending), traffic and checkpoint in one transaction.
+
+        A pending round's valuation inputs are on disk before the ledger calls it pending.
+        """
         number = closed.round
         traffic = self.state.take_traffic(number)
         traffic_rows = [TrafficRow(number, rpc, d, b, m) for (rpc, d), (b, m) in sorted(traffic.items())]
         up = [(b, m) for (_, d), (b, m) in traffic.items() if d == "up"]
         down = [(b, m) for (_, d), (b, m) in traffic.items() if d == "down"]
-        values = outcome.values
         finished = time.time()
         record = RoundRecord(
             round=number,
             selected=closed.selected,
             received=sorted(closed.received),
             stragglers=[p for p in closed.selected if p not in closed.received],
-            utility_before=values.utility_before,
-            utility_after=values.utility_after,
+            utility_before=math.nan if values is None else values.utility_before,
+            utility_after=math.nan if values is None else values.utility_after,
             test_accuracy=accuracy,
             test_loss=loss,
-            method=values.method,
-            evaluations=values.evaluations,
-            valuation_seconds=outcome.valuation_seconds,
+            method=PENDING if values is None else values.method,
+            evaluations=0 if values is None else values.evaluations,
+            valuation_seconds=seconds[1],
             round_seconds=finished - clock.started,
             train_wait_seconds=clock.phases["train_wait"],
-            aggregation_seconds=outcome.aggregation_seconds,
+            aggregation_seconds=seconds[0],
             evaluation_seconds=clock.phases["evaluation"],
             bytes_up=sum(b for b, _ in up),
             bytes_down=sum(b for b, _ in down),
             messages_up=sum(m for _, m in up),
             messages_down=sum(m for _, m in down),
-            model_bytes=model_bytes,
-            group_rationality_residual=values.group_rationality_residual,
+            model_bytes=header.total_bytes,
+            group_rationality_residual=math.nan if values is None else values.group_rationality_residual,
             started_at=clock.started,
             finished_at=finished,
             local_train_seconds=max((u.train_seconds for u in closed.received.values()), default=0.0),
+            valued_at=math.nan if values is None else finished,
         )
-        checkpoint = Checkpoint(
-            number, params_to_bytes(outcome.params), json.dumps(self.rng.bit_generator.state)
-        )
+        checkpoint = Checkpoint(number, params_to_bytes(new_params), json.dumps(self.rng.bit_generator.state))
         updates = [
             UpdateRow(number, u.participant, u.num_samples, u.train_seconds)
             for u in sorted(closed.received.values(), key=lambda u: u.participant)
         ]
-        self.ledger.commit_round(record, value_rows(values), traffic_rows, checkpoint, updates)
-        self.metrics.observe_round(record, self.accounting.totals())
+        if pending is not None:
+            self.store.save(pending)
+        self.ledger.commit_round(
+            record, [] if values is None else value_rows(values), traffic_rows, checkpoint, updates
+        )
+        if values is None:
+            self.metrics.observe_training(record)
+        else:
+            self.metrics.observe_round(record, self.accounting.totals())
         logger.info(
             "round %d done: received %d/%d, accuracy %.4f, valuation %s %.2fs",
             number,
             len(record.received),
             len(record.selected),
             accuracy,
-            values.method,
+            record.method,
             record.valuation_seconds,
         )
+        return record

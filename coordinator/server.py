@@ -27,7 +27,8 @@ from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.interceptors import MalformedRequests
 from fedsv.coordinator.ledger import Ledger
 from fedsv.coordinator.metrics import CoordinatorMetrics, serve_metrics, stop_metrics
-from fedsv.coordinator.round_loop import RoundLoop, RunInputs
+from fedsv.coordinator.round_loop import RoundLoop
+from fedsv.coordinator.run_inputs import RunInputs
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
 

@@ -46,6 +46,10 @@ class LaunchConfig:
     linger: float = field(
         default=3.0, metadata={"help": "seconds the coordinator serves final metrics after the run"}
     )
+    valuation_schedule: str = field(
+        default="pipelined",
+        metadata={"help": "pipelined (value round t while round t+1 trains) | inline (value, then go on)"},
+    )
     insecure: bool = field(
         default=False,
         metadata={"help": "plaintext gRPC instead of mutual TLS with the certificates in OUT/certs"},
@@ -106,6 +110,7 @@ class Launch:
             "port_file": str(port_file),
             "round_timeout": self.launch.round_timeout,
             "linger": self.launch.linger,
+            "valuation_schedule": self.launch.valuation_schedule,
             "health_port": -1,
             **transport,
         }
@@ -177,8 +182,8 @@ class Launch:
             exited = self.coordinator.poll() is not None
             if ledger_path.exists():
                 with Ledger(ledger_path, read_only=True) as ledger:
-                    for record in ledger.rounds():
-                        if record.round > shown:
+                    for record in ledger.rounds():  # a round's line once it has its values
+                        if record.round > shown and not record.pending:
                             printer(format_progress(record, self.run.rounds))  # type: ignore[operator]
                             shown = record.round
             if exited:

@@ -64,6 +64,48 @@ def select_ranks(
     return sorted(fixed) if fixed is not None else drawn
 
 
+def _ordered(updates: Sequence[ClientUpdate], number: int) -> list[ClientUpdate]:
+    """The updates in participant-id order, whatever order they arrived in."""
+    if not updates:
+        raise ValueError(f"round {number}: no updates to aggregate")
+    return sorted(updates, key=lambda u: u.participant)
+
+
+def aggregate(
+    params: Mapping[str, Tensor], updates: Sequence[ClientUpdate], number: int
+) -> dict[str, Tensor]:
+    """w_{t+1} = w_t + FedAvg of the round's updates, weighted by their sample counts."""
+    ordered = _ordered(updates, number)
+    return apply_delta(params, fedavg([u.delta for u in ordered], [u.num_samples for u in ordered]))
+
+
+def value_updates(
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    updates: Sequence[ClientUpdate],
+    validation: EvalSet,
+    number: int,
+    spec: ValuationSpec | None,
+    accounting: FederatedValuation,
+    metric: Metric = "accuracy",
+) -> RoundValues:
+    """The round's values from w_t and its updates only (spec None: valuation off, utilities only).
+
+    The values are recorded in `accounting` unless valuation is off. Valuation needs no message beyond
+    the updates the round already received.
+    """
+    ordered = _ordered(updates, number)
+    ids = [u.participant for u in ordered]
+    deltas = [u.delta for u in ordered]
+    counts = [u.num_samples for u in ordered]
+    game = RoundGame(model, params, deltas, counts, validation.x, validation.y, metric=metric)
+    if spec is None:  # valuation off: only U(empty) and U(all), the round's utilities
+        before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
+        zeros = np.zeros(len(ids))
+        return RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
+    return accounting.value_round(game, ids, number, spec)
+
+
 def step_round(
     model: nn.Module,
     params: Mapping[str, Tensor],
@@ -74,28 +116,11 @@ def step_round(
     accounting: FederatedValuation,
     metric: Metric = "accuracy",
 ) -> RoundOutcome:
-    """Aggregate the round's updates with FedAvg and value them (spec None: valuation off).
-
-    Updates are taken in participant-id order whatever order they arrived in. The values are recorded
-    in `accounting` unless valuation is off. Only the updates themselves are used: valuation needs no
-    message beyond those the round already received.
-    """
-    if not updates:
-        raise ValueError(f"round {number}: no updates to aggregate")
-    ordered = sorted(updates, key=lambda u: u.participant)
-    ids = [u.participant for u in ordered]
-    deltas = [u.delta for u in ordered]
-    counts = [u.num_samples for u in ordered]
+    """Aggregate the round's updates with FedAvg and value them, one after the other (inline)."""
     started = time.perf_counter()
-    new_params = apply_delta(params, fedavg(deltas, counts))
+    new_params = aggregate(params, updates, number)
     aggregated = time.perf_counter()
-    game = RoundGame(model, params, deltas, counts, validation.x, validation.y, metric=metric)
-    if spec is None:  # valuation off: only U(empty) and U(all), the round's utilities
-        before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
-        zeros = np.zeros(len(ids))
-        values = RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
-    else:
-        values = accounting.value_round(game, ids, number, spec)
+    values = value_updates(model, params, updates, validation, number, spec, accounting, metric)
     return RoundOutcome(
         params=new_params,
         values=values,

@@ -22,6 +22,7 @@ import yaml
 
 from fedsv.common.tls import channel_credentials
 from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
+from fedsv.coordinator.config import ServerConfig
 from fedsv.coordinator.ledger import Ledger
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from tests.support.processes import DEPLOY, free_port, need_tool, wait_for
@@ -50,6 +51,8 @@ REQUIRED_PANELS = [
     "utility evaluations",
     "top $k",
     "bottom $k",
+    "valuation backlog",
+    "valuation lag",
 ]
 
 Target = dict[str, Any]
@@ -372,3 +375,37 @@ def test_rejected_and_value_panels_show_what_the_coordinators_recorded(scraped: 
         want_top, want_bottom = dict(ranked[-k:]), dict(ranked[:k])
         matched = matched or (same(top, want_top) and same(bottom, want_bottom))
     assert matched, f"top/bottom {k} {top} {bottom} match no ledger round in {candidates}"
+
+
+@pytest.mark.slow
+def test_valuation_backlog_and_lag_panels_show_the_pipelined_valuation(scraped: Scraped) -> None:
+    """`fedsv launch` values rounds in the background (pipelined, its default); --valuation none never."""
+    dashboard = _dashboard()
+    seconds = scraped.end - scraped.start
+
+    def shown(title_part: str, ref: str) -> dict[str, list[float]]:
+        (target,) = [t for t in _panel(dashboard, title_part)["targets"] if t["refId"] == ref]
+        series_by_run = _by_run(scraped.range(_substitute(target["expr"], dashboard, seconds)))
+        assert set(series_by_run) == {"exact", "none"}, f"{title_part} {ref}: {set(series_by_run)}"
+        return {run: [v for s in series for v in _finite(s)] for run, series in series_by_run.items()}
+
+    queued = shown("valuation backlog", "A")
+    behind = shown("valuation backlog", "B")
+    lag = shown("valuation lag (seconds)", "A")
+    # Rounds wait for room while the queue is full: never more than its capacity waiting, or behind.
+    capacity = ServerConfig.valuation_queue
+    for values in (*queued.values(), *behind.values()):
+        assert values and all(v == int(v) and 0 <= v <= capacity for v in values), (capacity, values)
+    # Without valuation there is no background valuation: nothing ever queued, behind or late.
+    assert set(queued["none"]) == set(behind["none"]) == set(lag["none"]) == {0.0}
+    # With it, the lag is 0 until round 1 has its values, then the lag the ledger recorded for a round.
+    with Ledger(scraped.outs["exact"] / "ledger.sqlite", read_only=True) as ledger:
+        records = ledger.rounds()
+    assert records and not any(r.pending for r in records)
+    recorded = [max(0.0, r.valuation_lag_seconds) for r in records]
+    assert all(math.isfinite(v) for v in recorded), recorded
+    for value in lag["exact"]:
+        assert value == 0.0 or any(math.isclose(value, r, rel_tol=1e-9) for r in recorded), (value, recorded)
+    assert any(any(math.isclose(v, r, rel_tol=1e-9) for r in recorded) for v in lag["exact"] if v > 0), (
+        f"the lag panel never showed a round's lag: {sorted(set(lag['exact']))} vs {recorded}"
+    )

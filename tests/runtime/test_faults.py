@@ -166,6 +166,24 @@ def test_coordinator_killed_mid_round_resumes_and_matches_an_uninterrupted_run(
     assert resumed["values"] == reference_run["values"]
 
 
+def test_inline_valuation_records_the_same_run_as_pipelined(
+    reference_run: dict[str, list[tuple[Any, ...]]], tmp_path: Path
+) -> None:
+    """The reference run values in the background (the default); valuing inline changes no value."""
+    state = tmp_path / "state"
+    settings = {**FAULT_RUN, "metrics_port": -1, "valuation_schedule": "inline"}
+    coordinator, port, _ = start_coordinator(state, settings)
+    workers = [start_participants(f"127.0.0.1:{port}", r, 4, tmp_path / f"{r}.log") for r in ("0-1", "2-3")]
+    try:
+        assert coordinator.wait(timeout=240) == 0, tail(state / "coordinator.log")
+    finally:
+        stop(coordinator, *workers)
+    assert check_ledger(state) == [1, 2, 3, 4]
+    inline = ledger_digest(state)
+    assert inline["rounds"] == reference_run["rounds"] and inline["values"] == reference_run["values"]
+    assert not (state / "pending").exists() or not list((state / "pending").iterdir())
+
+
 def test_network_cut_participants_reconnect_and_no_round_hangs(tmp_path: Path) -> None:
     """Host B's link goes down for CUT s while round 2 runs: rounds close by quorum, then B rejoins."""
     deadline, cut_seconds = 6, 14

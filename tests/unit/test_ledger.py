@@ -257,11 +257,13 @@ def test_a_schema_1_ledger_is_read_and_migrated(tmp_path: Path) -> None:
     with Ledger(path) as ledger:
         ledger.ensure_run("run-1", CONFIG)
         commit(ledger, 1)
-    with sqlite3.connect(path) as conn:  # what a version-1 coordinator left: no updates table
+    with sqlite3.connect(path) as conn:  # what a version-1 coordinator left: no updates, no valued_at
         conn.execute("DROP TABLE updates")
+        conn.execute("ALTER TABLE rounds DROP COLUMN valued_at")
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     with Ledger(path, read_only=True) as reader:
         assert reader.updates() == [] and [r.round for r in reader.rounds()] == [1]
+        assert math.isnan(reader.rounds()[0].valued_at)
     with Ledger(path) as ledger:
         commit(ledger, 2)
         assert ledger.updates() == []  # commit() records no update rows

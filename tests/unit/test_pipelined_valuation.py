@@ -1,0 +1,140 @@
+"""Background valuation: a round committed as pending is valued later, in order, with the same values."""
+
+from __future__ import annotations
+
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from prometheus_client import CollectorRegistry
+
+from fedsv.common.models import build_model
+from fedsv.common.round_step import ClientUpdate, EvalSet, value_updates
+from fedsv.common.training import params_of
+from fedsv.coordinator.ledger import Checkpoint, Ledger, LedgerError
+from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.pending import PendingRound, PendingStore
+from fedsv.coordinator.records import PENDING, valuation_summary, value_rows
+from fedsv.coordinator.valuation_worker import ValuationWorker
+from fedsv.valuation import FederatedValuation, ValuationSpec
+from tests.support.records import CONFIG, make_record, make_rows
+
+PIDS = ["p000", "p001", "p002"]
+
+
+def _round(number: int) -> PendingRound:
+    """A round of three participants' deltas on the paper's MLP (seeded per round)."""
+    model = build_model("mlp", (1, 28, 28), seed=0)
+    params = params_of(model)
+    gen = torch.Generator().manual_seed(number)
+    updates = [
+        ClientUpdate(pid, {k: 0.05 * torch.randn(v.shape, generator=gen) for k, v in params.items()}, 10 + i)
+        for i, pid in enumerate(PIDS)
+    ]
+    return PendingRound(number, params, updates)
+
+
+def _validation() -> EvalSet:
+    rng = np.random.default_rng(0)
+    return EvalSet(rng.random((60, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, size=60))
+
+
+def _spec(number: int) -> ValuationSpec:
+    return ValuationSpec(method="exact", seed=number)
+
+
+def _commit_pending(ledger: Ledger, number: int) -> None:
+    record = make_record(number, PIDS, PIDS)
+    pending = type(record)(**{**record.__dict__, "method": PENDING, "evaluations": 0})
+    _, traffic = make_rows(record)
+    ledger.commit_round(pending, [], traffic, Checkpoint(number, b"w", "{}"))
+
+
+def test_a_round_left_pending_by_a_kill_gets_the_same_values_from_a_new_worker(tmp_path: Path) -> None:
+    model, validation = build_model("mlp", (1, 28, 28), seed=0), _validation()
+    # What inline valuation gives for rounds 1 and 2.
+    inline = FederatedValuation()
+    expected = [value_updates(model, r.params, r.updates, validation, r.round, _spec(r.round), inline)
+                for r in (_round(1), _round(2))]  # fmt: skip
+    # A coordinator committed both rounds as pending, their inputs on disk, and died.
+    store = PendingStore(tmp_path / "pending")
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        for number in (1, 2):
+            store.save(_round(number))
+            _commit_pending(ledger, number)
+        assert ledger.pending_rounds() == [1, 2]
+        # Values must come in round order.
+        early = expected[1]
+        with pytest.raises(LedgerError, match="not the first round awaiting values"):
+            ledger.commit_values(2, value_rows(early), valuation_summary(early, 0.0))
+        # The restarted coordinator: a new worker values the backlog from the files.
+        metrics = CoordinatorMetrics(CollectorRegistry())
+        accounting = FederatedValuation()
+        worker = ValuationWorker(model, validation, "accuracy", _spec, accounting, ledger, metrics, store, 2)
+        for number in ledger.pending_rounds():
+            worker.submit(store.load(number))
+        assert worker.drain(threading.Event()), worker.error
+        worker.close()
+        assert ledger.pending_rounds() == [] and not list(store.directory.glob("round-*.pt"))
+        rows, records = ledger.values(), ledger.rounds()
+    for values, record in zip(expected, records, strict=True):
+        got = [r for r in rows if r.round == values.round]
+        assert [r.participant for r in got] == PIDS
+        np.testing.assert_array_equal([r.fedsv for r in got], values.fedsv)  # bit-identical
+        assert record.method == "exact" and record.evaluations == values.evaluations
+        assert record.utility_after == values.utility_after and not math.isnan(record.valued_at)
+    assert accounting.totals() == inline.totals()
+    registry = metrics.registry
+    assert registry.get_sample_value("fedsv_valuation_queue_depth") == 0
+    assert registry.get_sample_value("fedsv_valuation_lag_rounds") == 0
+    assert registry.get_sample_value("fedsv_utility_evaluations_total") == sum(
+        v.evaluations for v in expected
+    )
+
+
+def test_a_failed_valuation_stops_the_worker_and_leaves_the_round_pending(tmp_path: Path) -> None:
+    model, validation = build_model("mlp", (1, 28, 28), seed=0), _validation()
+    store = PendingStore(tmp_path / "pending")
+    good = _round(1)
+    wrong = ClientUpdate("p000", {"no.such.weight": torch.zeros(2)}, 10)  # names the model does not have
+    broken = PendingRound(1, good.params, [wrong, *good.updates[1:]])
+    store.save(broken)
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        _commit_pending(ledger, 1)
+        metrics = CoordinatorMetrics(CollectorRegistry())
+        worker = ValuationWorker(
+            model, validation, "accuracy", _spec, FederatedValuation(), ledger, metrics, store, 1
+        )
+        worker.submit(store.load(1))
+        assert not worker.drain(threading.Event())
+        assert "valuation of round 1 failed" in worker.error
+        assert not worker.wait_for_room(threading.Event())  # the round loop stops instead of waiting
+        worker.close()
+        assert ledger.pending_rounds() == [1] and store.path(1).is_file()  # nothing lost
+
+
+def test_the_store_keeps_inputs_exactly_and_prunes_others(tmp_path: Path) -> None:
+    store = PendingStore(tmp_path)
+    original = _round(3)
+    store.save(original)
+    store.save(_round(4))
+    loaded = store.load(3)
+    assert [u.participant for u in loaded.updates] == PIDS and [u.num_samples for u in loaded.updates] == [
+        10,
+        11,
+        12,
+    ]
+    for a, b in zip(original.updates, loaded.updates, strict=True):
+        assert all(torch.equal(a.delta[k], b.delta[k]) for k in a.delta)
+    store.prune(keep={4})
+    assert not store.path(3).exists() and store.path(4).exists()
+    with pytest.raises(ValueError, match="is missing"):
+        store.load(3)
+    store.path(5).write_bytes(b"torn")
+    with pytest.raises(ValueError, match="cannot read"):
+        store.load(5)
