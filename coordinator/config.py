@@ -186,6 +186,13 @@ class ServerConfig:
         default="pipelined",
         metadata={"help": "pipelined (value round t while round t+1 trains) | inline (value, then go on)"},
     )
+    valuation_device: str = field(
+        default="auto",
+        metadata={"help": "where round games compute: auto (CUDA when present) | cpu | cuda[:N]"},
+    )
+    valuation_precision: str = field(
+        default="fp32", metadata={"help": "fp32 | tf32 | bf16 (tf32 and bf16 may flip accuracy utilities)"}
+    )
     valuation_queue: int = field(
         default=2, metadata={"help": "pipelined: rounds that may wait for their values before rounds wait"}
     )
@@ -216,6 +223,10 @@ class ServerConfig:
         if self.valuation_schedule not in ("pipelined", "inline"):
             raise ValueError(
                 f"valuation_schedule must be pipelined or inline, got {self.valuation_schedule!r}"
+            )
+        if self.valuation_precision not in ("fp32", "tf32", "bf16"):
+            raise ValueError(
+                f"valuation_precision must be fp32, tf32 or bf16, not {self.valuation_precision!r}"
             )
         if self.valuation_queue < 1:
             raise ValueError(f"valuation_queue must be at least 1, got {self.valuation_queue}")

@@ -123,6 +123,8 @@ class RoundLoop:
                 self.metrics,
                 self.store,
                 self.server_config.valuation_queue,
+                self.server_config.valuation_device,
+                self.server_config.valuation_precision,
             )
             for pending in self.backlog:
                 self.worker.submit(pending)
@@ -166,13 +168,14 @@ class RoundLoop:
 
     def _round(self, number: int) -> str:
         run = self.run_config
+        clock = PhaseClock()  # a round's time includes any wait for the valuation backlog to shrink
         if self.worker is not None and not self.worker.wait_for_room(self.stop_event):
             return "stopped" if self.stop_event.is_set() else f"stopped: {self.worker.error}"
-        clock = PhaseClock()
+        clock.lap("backlog")
         selected = self._select(number)
         header, payloads = encode_tensor_set(self.params, chunk_bytes=self.server_config.max_chunk_bytes)
         seeds = {participant_id(r): train_seed(run.seed, number, r) for r in range(run.participants)}
-        deadline = clock.started + self.server_config.round_timeout
+        deadline = time.time() + self.server_config.round_timeout
         opened = OpenRound(number, selected, deadline, header, payloads, seeds)
         self.metrics.current_round.set(number)
         self.metrics.participants_selected.set(len(selected))
@@ -193,7 +196,9 @@ class RoundLoop:
                 number,
                 run.valuation_spec(number),
                 self.accounting,
-                metric=self.task.metric,
+                self.task.metric,
+                self.server_config.valuation_device,
+                self.server_config.valuation_precision,
             )
             new_params, values = outcome.params, outcome.values
             aggregation, valuation = outcome.aggregation_seconds, outcome.valuation_seconds

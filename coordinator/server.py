@@ -31,6 +31,7 @@ from fedsv.coordinator.round_loop import RoundLoop
 from fedsv.coordinator.run_inputs import RunInputs
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
+from fedsv.valuation.round_game import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +87,10 @@ class Coordinator:
         state_dir = Path(server.state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id_of(run)
-        # The task and its data first: a bad task or file must not leave a run recorded in the ledger.
+        # The task, its data and the valuation device first: a bad task, file or device must not
+        # leave a run recorded in the ledger.
         inputs = RunInputs.load(run)
+        resolve_device(server.valuation_device)
         self.ledger = Ledger(state_dir / "ledger.sqlite")
         self.ledger.ensure_run(self.run_id, run.to_dict())
         self.registry = registry if registry is not None else CollectorRegistry()

@@ -41,12 +41,14 @@ class ValuationWorker:
         metrics: CoordinatorMetrics,
         store: PendingStore,
         capacity: int,
+        device: str = "cpu",
+        precision: str = "fp32",
     ) -> None:
         # Its own copy of the model: the round loop evaluates the global model at the same time.
         self._model = copy.deepcopy(model)
         self._validation, self._metric, self._spec_of = validation, metric, spec_of
         self._accounting, self._ledger, self._metrics, self._store = accounting, ledger, metrics, store
-        self.capacity = capacity
+        self.capacity, self._device, self._precision = capacity, device, precision
         self._jobs: queue.Queue[PendingRound | None] = queue.Queue()
         self._changed = threading.Condition()
         self._outstanding = 0
@@ -116,6 +118,8 @@ class ValuationWorker:
             self._spec_of(job.round),
             self._accounting,
             self._metric,
+            self._device,
+            self._precision,
         )
         self._ledger.commit_values(job.round, value_rows(values), valuation_summary(values, time.time()))
         self._store.remove(job.round)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +22,70 @@ from fedsv.valuation.stem_split import StemSplit, split_stem
 logger = logging.getLogger(__name__)
 
 MODES = ("fast", "batched", "naive")
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+DEFAULT_BUDGET_MB = 256.0
+"""Memory budget of a game on the CPU when the caller gives none, in MiB."""
+
+CUDA_BUDGET_FRACTION = 0.25
+"""A CUDA game left at the default budget may use this fraction of the device's free memory."""
+
+DEFAULT_WORKING_SET = 2**20
+"""Floats of activations per step of a matmul head on the CPU (cache-sized); a CUDA game uses more."""
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """The device a game computes on: "auto" (CUDA when available, else the CPU), "cpu", "cuda", "cuda:N"."""
+    if isinstance(device, str) and device.strip().lower() == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    choices = "use 'auto', 'cpu', 'cuda' or 'cuda:N'"
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"unknown device {device!r}; {choices}") from None
+    if resolved.type == "cpu":
+        return torch.device("cpu")
+    if resolved.type != "cuda":
+        raise ValueError(f"unsupported device {device!r}; {choices}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but CUDA is not available to this torch; {choices}")
+    count = torch.cuda.device_count()
+    index = torch.cuda.current_device() if resolved.index is None else resolved.index
+    if not 0 <= index < count:
+        raise ValueError(f"device {device!r} asked for, but this machine has {count} CUDA device(s)")
+    return torch.device("cuda", index)
+
+
+@contextmanager
+def _tf32_allowed(allow: bool) -> Iterator[None]:
+    """CUDA float32 matmuls and cuDNN convolutions may use TF32 iff allow; the settings come back after.
+
+    Set with the allow_tf32 flags, or with fp32_precision where the process already uses that newer API
+    (torch refuses to read the old flags then); restored exactly, as fp32_precision strings. The
+    settings are process-wide: other threads' CUDA work sees them while the game evaluates.
+    """
+    matmul = torch.backends.cuda.matmul
+    cudnn: Any = torch.backends.cudnn  # conv, rnn and fp32_precision are set at run time, unknown to mypy
+    saved = (matmul.fp32_precision, cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision)
+    try:
+        legacy: tuple[bool, bool] | None = (matmul.allow_tf32, cudnn.allow_tf32)
+    except RuntimeError:  # "mix of the legacy and new APIs": keep to the new one
+        legacy = None
+    if legacy is not None:
+        matmul.allow_tf32, cudnn.allow_tf32 = allow, allow
+    else:
+        matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if allow else "ieee"
+    try:
+        yield
+    finally:
+        if legacy is not None:
+            matmul.allow_tf32, cudnn.allow_tf32 = legacy
+        matmul.fp32_precision, cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision = saved
+
+
+def _lives_on(model: nn.Module, device: torch.device) -> bool:
+    """True if every parameter and buffer of the model is on the device."""
+    return all(t.device == device for t in itertools.chain(model.parameters(), model.buffers()))
 
 
 class RoundGame(Game):
@@ -50,6 +116,25 @@ class RoundGame(Game):
     The requested mode is a ceiling: "fast" falls back to "batched" for a model without a stem split
     (or whose head fails under vmap), and "batched" to "naive" when vmap fails on the model; the
     choice and its reason are logged at INFO.
+
+    Device: the game computes on `device` ("auto": CUDA when available, else the CPU; "cpu", "cuda",
+    "cuda:N"; anything else, or a CUDA device this machine lacks, raises ValueError). w_t, the deltas,
+    the weights and the validation data move there once, when the game is built; coalition batches are
+    built there and scores accumulate there, copied to the host once per batch of coalitions evaluated.
+    The caller's model is never moved: a model not already on the device is copied there
+    (copy.deepcopy(model).to(device)); one already there is used in place (its train/eval flag is
+    switched to eval during an evaluation and restored). `memory_budget_mb` left unset is 256 MiB on the
+    CPU and CUDA_BUDGET_FRACTION of the free memory of a CUDA device; `working_set_floats` left unset
+    is 2**20 on the CPU and an eighth of the budget on CUDA.
+
+    Precision: "fp32" (default) computes in the inputs' dtype; on CUDA TF32 is switched off for the
+    game's matmuls and convolutions, so CPU and CUDA differ by float rounding only. "tf32" lets CUDA
+    use TF32 for float32 matmuls and convolutions (on the CPU it is "fp32"). "bf16" runs the forward
+    passes under torch.autocast with bfloat16 (CPU and CUDA; the coalitions' parameters are combined
+    in the inputs' dtype, then cast by autocast; logits are scored in float32/float64). Both apply to
+    float32 models (a float64 game is unaffected). Under "tf32" and "bf16" the utilities can change:
+    an accuracy counts a validation sample differently when it lies near a decision boundary, and the
+    modes no longer agree exactly. The TF32 flags are process-wide while the game evaluates.
     """
 
     def __init__(
@@ -65,42 +150,88 @@ class RoundGame(Game):
         aggregation: str = "fedavg",
         server_lr: float = 1.0,
         mode: str = "fast",
-        memory_budget_mb: float = 256.0,
-        working_set_floats: int = 2**20,
+        memory_budget_mb: float | None = None,
+        working_set_floats: int | None = None,
+        device: str | torch.device = "cpu",
+        precision: str = "fp32",
     ) -> None:
+        self.device = resolve_device(device)
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; choose one of {list(PRECISIONS)}")
+        self.precision = precision
         self.inputs = RoundInputs.build(
-            model, global_params, deltas, sample_counts, x_val, y_val, metric, aggregation, server_lr
+            model,
+            global_params,
+            deltas,
+            sample_counts,
+            x_val,
+            y_val,
+            metric,
+            aggregation,
+            server_lr,
+            self.device,
         )
-        super().__init__(len(self.inputs.deltas))
+        super().__init__(self.inputs.m)
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {list(MODES)}")
-        if memory_budget_mb <= 0:
+        if memory_budget_mb is not None and not memory_budget_mb > 0:
             raise ValueError(f"memory_budget_mb must be positive, got {memory_budget_mb}")
-        self.model = model
-        self._budget_floats = int(memory_budget_mb * 2**20 / 4)
+        self.model = model if _lives_on(model, self.device) else copy.deepcopy(model).to(self.device)
+        if self.model is not model:
+            self.model.eval()  # the game's own copy stays in eval mode
+        budget_mb = self._default_budget_mb() if memory_budget_mb is None else float(memory_budget_mb)
+        self._budget_floats = int(budget_mb * 2**20 / 4)
+        if working_set_floats is None:
+            cuda = self.device.type == "cuda"
+            working_set_floats = (
+                max(DEFAULT_WORKING_SET, self._budget_floats // 8) if cuda else DEFAULT_WORKING_SET
+            )
         self._working_set = max(1, int(working_set_floats))
         self._stem_cache: list[tuple[int, Tensor, Tensor]] | None = None
         self._stem_features: int | None = None
         self._split: StemSplit | None = None
         self._use_stacked = False
         self.mode, reason = self._choose_mode(mode)
-        logger.info("RoundGame mode %r: %s", self.mode, reason)
+        logger.info("RoundGame mode %r on %s (%s): %s", self.mode, self.device, self.precision, reason)
 
-    # ---------------------------------------------------------------- mode choice
+    def _default_budget_mb(self) -> float:
+        """DEFAULT_BUDGET_MB on the CPU; CUDA_BUDGET_FRACTION of the free memory of a CUDA device."""
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            return max(1.0, CUDA_BUDGET_FRACTION * free / 2**20)
+        return DEFAULT_BUDGET_MB
+
+    # ---------------------------------------------------------------- execution context
     @contextmanager
-    def _eval_mode(self) -> Iterator[None]:
+    def _computing(self) -> Iterator[None]:
+        """Eval mode, no autograd, no caller's autocast, and on CUDA the precision's TF32 setting."""
         was_training = self.model.training
         self.model.eval()
+        tf32 = _tf32_allowed(self.precision == "tf32") if self.device.type == "cuda" else nullcontext()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast(self.device.type, enabled=False), tf32:
                 yield
         finally:
             self.model.train(was_training)
 
+    def _autocast(self) -> AbstractContextManager[object]:
+        """Around forward passes: bfloat16 autocast under precision "bf16", nothing otherwise."""
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
+    def _exact(self) -> AbstractContextManager[object]:
+        """Inside a forward pass: parameters combined in the inputs' dtype, whatever the precision."""
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, enabled=False)
+        return nullcontext()
+
+    # ---------------------------------------------------------------- mode choice
+
     def _fails(self, probe: Callable[[], object]) -> str | None:
         """None if the probe runs, otherwise why not (its exception, shortened)."""
         try:
-            with self._eval_mode():
+            with self._computing():
                 probe()
         except Exception as exc:  # any failure of vmap on this model means: do not use it
             message = " ".join(str(exc).split())
@@ -109,14 +240,14 @@ class RoundGame(Game):
 
     def _choose_mode(self, requested: str) -> tuple[str, str]:
         """The mode this game runs in and why."""
-        probe_coeffs = torch.zeros((2, self.m), dtype=self.inputs.weights.dtype)
+        probe_coeffs = torch.zeros((2, self.m), dtype=self.inputs.weights.dtype, device=self.device)
         probe_coeffs[1] = coalition_weights(np.ones((1, self.m), dtype=bool), self.inputs)[0]
         x_probe = self.inputs.x_val[:2]
         why = ""
         if requested == "fast":
             split, found = split_stem(self.model, self.inputs.names)
             if split is not None and isinstance(split.stem, nn.Conv2d):
-                with self._eval_mode():
+                with self._computing():
                     dims = split.prepare(x_probe).dim()
                 if dims != 4:
                     split, found = None, f"{found}, but its Conv2d input has {dims} dimensions, not 4"
@@ -142,14 +273,16 @@ class RoundGame(Game):
     # ---------------------------------------------------------------- dispatch
     def _evaluate(self, members: BoolMatrix) -> FloatArray:
         coeffs = coalition_weights(members, self.inputs)
-        with self._eval_mode():
+        with self._computing():
             if self.mode == "fast":
-                scores = self._evaluate_fast(coeffs)
+                totals = self._evaluate_fast(coeffs)
             elif self.mode == "batched":
-                scores = self._evaluate_batched(coeffs)
+                totals = self._evaluate_batched(coeffs)
             else:
-                scores = self._evaluate_naive(coeffs)
-        return scores / float(self.inputs.num_samples)
+                totals = self._evaluate_naive(coeffs)
+        # The one copy to the host of this batch of coalitions.
+        utilities: FloatArray = (totals / float(self.inputs.num_samples)).cpu().numpy()
+        return utilities
 
     # ---------------------------------------------------------------- helpers
     def _stacked(self, names: Iterable[str], coeffs: Tensor) -> dict[str, Tensor]:
@@ -171,15 +304,18 @@ class RoundGame(Game):
         split = self._split_or_fail()
         prepared = split.prepare(x)
         glob = self.inputs.global_params
-        base = functional_call(
-            split.stem, {k: glob[full] for k, full in split.stem_names.items()}, (prepared,)
-        )
         # All deltas in one call: stack them along the layer's output features (rows of weight and bias).
         stacked = {
             k: self.inputs.delta_matrix(full).reshape(-1, *glob[full].shape[1:])
             for k, full in split.stem_names.items()
         }
-        out = functional_call(split.stem, stacked, (prepared,))  # (n, m*out, ...) or (n, ..., m*out)
+        with self._autocast():
+            base = functional_call(
+                split.stem, {k: glob[full] for k, full in split.stem_names.items()}, (prepared,)
+            )
+            out = functional_call(split.stem, stacked, (prepared,))  # (n, m*out, ...) or (n, ..., m*out)
+        # Kept and combined per coalition in the inputs' dtype (no-ops unless autocast made them bf16).
+        base, out = base.to(x.dtype), out.to(x.dtype)
         dim = split.stem_output_dim()
         out = out.unflatten(dim, (self.m, -1)).movedim(dim if dim >= 0 else dim - 1, 0)
         return base, out.contiguous()
@@ -214,17 +350,24 @@ class RoundGame(Game):
         )
         names = split.head_names
         if self._use_stacked:
-            return stacked_head.run_stacked(split.head, lambda name: self._stacked_one(names[name], c), h)
+
+            def param(name: str) -> Tensor:
+                with self._exact():
+                    return self._stacked_one(names[name], c)
+
+            with self._autocast():
+                return stacked_head.run_stacked(split.head, param, h)
 
         def run_head(state: dict[str, Tensor], inputs: Tensor) -> Tensor:
             return functional_call(split.head, state, (inputs,))
 
         state = {rel: self._stacked_one(full, c) for rel, full in names.items()}
-        return vmap(run_head)(state, h)
+        with self._autocast():
+            return vmap(run_head)(state, h)
 
-    def _evaluate_fast(self, coeffs: Tensor) -> FloatArray:
+    def _evaluate_fast(self, coeffs: Tensor) -> Tensor:
         head = self._split_or_fail().head
-        totals = np.zeros(coeffs.shape[0], dtype=np.float64)
+        totals = torch.zeros(coeffs.shape[0], dtype=torch.float64, device=self.device)
         y = self.inputs.y_val
         features = self._stem_floats()
         if any(isinstance(layer, nn.Conv2d) for layer in head.modules()):
@@ -250,11 +393,13 @@ class RoundGame(Game):
         def run(state: dict[str, Tensor], inputs: Tensor) -> Tensor:
             return functional_call(model, state, (inputs,))  # integer buffers: the model's own
 
-        return vmap(run, in_dims=(0, None))(self._stacked(self.inputs.names, c), x)
+        state = self._stacked(self.inputs.names, c)
+        with self._autocast():
+            return vmap(run, in_dims=(0, None))(state, x)
 
-    def _evaluate_batched(self, coeffs: Tensor) -> FloatArray:
+    def _evaluate_batched(self, coeffs: Tensor) -> Tensor:
         x, y = self.inputs.x_val, self.inputs.y_val
-        totals = np.zeros(coeffs.shape[0], dtype=np.float64)
+        totals = torch.zeros(coeffs.shape[0], dtype=torch.float64, device=self.device)
         probe = self.model(x[:1]).numel()
         batch = max(1, self._budget_floats // max(1, 3 * x.shape[0] * max(probe, int(x[:1].numel()))))
         for b0 in range(0, coeffs.shape[0], batch):
@@ -263,13 +408,15 @@ class RoundGame(Game):
         return totals
 
     # ---------------------------------------------------------------- naive: one model per coalition
-    def _evaluate_naive(self, coeffs: Tensor) -> FloatArray:
+    def _evaluate_naive(self, coeffs: Tensor) -> Tensor:
         x, y = self.inputs.x_val, self.inputs.y_val
-        totals = np.zeros(coeffs.shape[0], dtype=np.float64)
+        totals = torch.zeros(coeffs.shape[0], dtype=torch.float64, device=self.device)
         for b in range(coeffs.shape[0]):
             state = self._stacked(self.inputs.names, coeffs[b : b + 1])
             rebuilt = copy.deepcopy(self.model)
             rebuilt.load_state_dict({name: value[0] for name, value in state.items()}, strict=False)
             rebuilt.eval()
-            totals[b] = score_logits(rebuilt(x)[None], y, self.inputs.metric)[0]
+            with self._autocast():
+                logits = rebuilt(x)
+            totals[b : b + 1] = score_logits(logits[None], y, self.inputs.metric)
         return totals

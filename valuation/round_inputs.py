@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedsv.valuation.game import BoolMatrix, FloatArray
+from fedsv.valuation.game import BoolMatrix
 
 METRICS = ("accuracy", "neg_loss")
 AGGREGATIONS = ("fedavg", "uniform")
@@ -46,27 +46,34 @@ class RoundInputs:
     """Everything a round's utility needs, checked once: names, shapes, dtypes, finiteness.
 
     `names` are the model's federated state (federated_state): parameters and floating-point buffers.
+    Every tensor lives on one device (`device`), where `build` put it once, in the dtype of w_t.
     """
 
     names: list[str]
     global_params: dict[str, Tensor]
-    deltas: list[dict[str, Tensor]]
+    delta_matrices: dict[str, Tensor]  # per name: the m deltas of that tensor as rows, (m, numel)
     weights: Tensor  # aggregation weight per participant (sample counts, or ones)
     server_lr: float
     x_val: Tensor
     y_val: Tensor
     metric: Metric
-    _delta_matrices: dict[str, Tensor] = field(default_factory=dict)
+
+    @property
+    def m(self) -> int:
+        """Number of participants (deltas)."""
+        return int(self.weights.shape[0])
 
     @property
     def num_samples(self) -> int:
         return int(self.y_val.shape[0])
 
+    @property
+    def device(self) -> torch.device:
+        return self.x_val.device
+
     def delta_matrix(self, name: str) -> Tensor:
-        """The m deltas of one tensor as a (m, numel) matrix, built once."""
-        if name not in self._delta_matrices:
-            self._delta_matrices[name] = torch.stack([d[name].reshape(-1) for d in self.deltas])
-        return self._delta_matrices[name]
+        """The m deltas of one tensor as a (m, numel) matrix."""
+        return self.delta_matrices[name]
 
     @classmethod
     def build(
@@ -80,7 +87,10 @@ class RoundInputs:
         metric: Metric,
         aggregation: str,
         server_lr: float,
+        device: torch.device | str = "cpu",
     ) -> RoundInputs:
+        """Check the inputs and move them to `device`, once: w_t, the deltas (stacked), weights, x, y."""
+        device = torch.device(device)
         if isinstance(metric, str):
             if metric not in METRICS:
                 raise ValueError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
@@ -104,23 +114,35 @@ class RoundInputs:
         names = list(reference)
         glob = cls._check_params(global_params, reference, "global model")
         dtype = next(iter(glob.values())).dtype
-        checked = [cls._check_params(d, reference, f"delta {i}", dtype) for i, d in enumerate(deltas)]
+        checked = [cls._check_params(d, reference, f"delta {i}") for i, d in enumerate(deltas)]
 
-        x = _as_tensor(x_val, "x_val").to(dtype)
-        y = _as_tensor(y_val, "y_val").long().reshape(-1)
+        x = _as_tensor(x_val, "x_val")
+        y = _as_tensor(y_val, "y_val").reshape(-1)
         if x.shape[0] == 0 or x.shape[0] != y.shape[0]:
             raise ValueError(
                 f"validation data needs matching non-empty x and y, got {x.shape[0]} and {y.shape[0]}"
             )
-        weights = torch.from_numpy(counts if aggregation == "fedavg" else np.ones_like(counts)).to(dtype)
-        return cls(names, glob, checked, weights, float(server_lr), x, y, metric)
+        weights = torch.from_numpy(counts if aggregation == "fedavg" else np.ones_like(counts))
+        # One copy to the device per tensor; the deltas of each tensor go stacked, as the game uses them.
+        matrices = {
+            name: torch.stack([d[name].reshape(-1).to(dtype) for d in checked]).to(device) for name in names
+        }
+        return cls(
+            names,
+            {name: value.to(device=device, dtype=dtype) for name, value in glob.items()},
+            matrices,
+            weights.to(device=device, dtype=dtype),
+            float(server_lr),
+            x.to(device=device, dtype=dtype),
+            y.to(device=device, dtype=torch.long),
+            metric,
+        )
 
     @staticmethod
     def _check_params(
         params: Mapping[str, Tensor],
         reference: Mapping[str, Tensor],
         what: str,
-        dtype: torch.dtype | None = None,
     ) -> dict[str, Tensor]:
         missing = sorted(set(reference) - set(params))
         extra = sorted(set(params) - set(reference))
@@ -141,23 +163,29 @@ class RoundInputs:
                 raise ValueError(f"{what}: {name} has non-float dtype {value.dtype}")
             if not bool(torch.isfinite(value).all()):
                 raise ValueError(f"{what}: {name} contains non-finite values (NaN or Inf)")
-            out[name] = value.detach().to(dtype if dtype is not None else value.dtype)
+            out[name] = value.detach()
         return out
 
 
 def coalition_weights(members: BoolMatrix, inputs: RoundInputs) -> Tensor:
-    """Per-coalition aggregation coefficients c (B, m): w_t + c @ deltas is the coalition's model."""
-    mask = torch.from_numpy(np.asarray(members, dtype=bool)).to(inputs.weights.dtype)
-    weighted = mask * inputs.weights
+    """Per-coalition aggregation coefficients c (B, m), on the inputs' device: w_t + c @ deltas is S."""
+    mask = torch.from_numpy(np.asarray(members, dtype=bool)).to(inputs.device)
+    weighted = mask.to(inputs.weights.dtype) * inputs.weights
     totals = weighted.sum(dim=1, keepdim=True)
     coeffs = torch.where(totals > 0, weighted / totals.clamp_min(torch.finfo(totals.dtype).tiny), 0.0)
     return coeffs * inputs.server_lr
 
 
-def score_logits(logits: Tensor, y: Tensor, metric: Metric) -> FloatArray:
-    """Sum over samples of the per-sample score, per coalition; logits has shape (B, n, classes)."""
+def score_logits(logits: Tensor, y: Tensor, metric: Metric) -> Tensor:
+    """Sum over samples of the per-sample score, per coalition: float64 (B,) on the logits' device.
+
+    `logits` has shape (B, n, classes); logits in a lower precision (bfloat16 under autocast) are scored
+    in float32. Nothing here waits for the device: the caller copies the totals to the host.
+    """
+    if logits.dtype in (torch.bfloat16, torch.float16):
+        logits = logits.float()
     if callable(metric):
-        totals = np.zeros(logits.shape[0], dtype=np.float64)
+        per_coalition = []
         for b in range(logits.shape[0]):
             scores = metric(logits[b], y)
             if not isinstance(scores, Tensor) or tuple(scores.shape) != (y.shape[0],):
@@ -165,11 +193,11 @@ def score_logits(logits: Tensor, y: Tensor, metric: Metric) -> FloatArray:
                 raise ValueError(
                     f"metric must return one score per sample, shape ({y.shape[0]},); got {shape}"
                 )
-            totals[b] = float(scores.detach().to(torch.float64).sum())
-        return totals
+            per_coalition.append(scores.detach().to(torch.float64).sum())
+        return torch.stack(per_coalition).to(logits.device)
     if metric == "accuracy":
         correct = (logits.argmax(dim=-1) == y.unsqueeze(0)).sum(dim=1)
-        return correct.to(torch.float64).numpy()
+        return correct.to(torch.float64)
     log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
     picked = log_probs.gather(-1, y.view(1, -1, 1).expand(logits.shape[0], -1, 1)).squeeze(-1)
-    return picked.sum(dim=1).numpy()
+    return picked.sum(dim=1)

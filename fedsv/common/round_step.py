@@ -88,17 +88,30 @@ def value_updates(
     spec: ValuationSpec | None,
     accounting: FederatedValuation,
     metric: Metric = "accuracy",
+    device: str = "cpu",
+    precision: str = "fp32",
 ) -> RoundValues:
     """The round's values from w_t and its updates only (spec None: valuation off, utilities only).
 
     The values are recorded in `accounting` unless valuation is off. Valuation needs no message beyond
-    the updates the round already received.
+    the updates the round already received. `device` ("auto": CUDA when present) and `precision`
+    ("fp32", "tf32", "bf16") say where and how the round's game computes (RoundGame).
     """
     ordered = _ordered(updates, number)
     ids = [u.participant for u in ordered]
     deltas = [u.delta for u in ordered]
     counts = [u.num_samples for u in ordered]
-    game = RoundGame(model, params, deltas, counts, validation.x, validation.y, metric=metric)
+    game = RoundGame(
+        model,
+        params,
+        deltas,
+        counts,
+        validation.x,
+        validation.y,
+        metric=metric,
+        device=device,
+        precision=precision,
+    )
     if spec is None:  # valuation off: only U(empty) and U(all), the round's utilities
         before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
         zeros = np.zeros(len(ids))
@@ -115,12 +128,16 @@ def step_round(
     spec: ValuationSpec | None,
     accounting: FederatedValuation,
     metric: Metric = "accuracy",
+    device: str = "cpu",
+    precision: str = "fp32",
 ) -> RoundOutcome:
     """Aggregate the round's updates with FedAvg and value them, one after the other (inline)."""
     started = time.perf_counter()
     new_params = aggregate(params, updates, number)
     aggregated = time.perf_counter()
-    values = value_updates(model, params, updates, validation, number, spec, accounting, metric)
+    values = value_updates(
+        model, params, updates, validation, number, spec, accounting, metric, device, precision
+    )
     return RoundOutcome(
         params=new_params,
         values=values,

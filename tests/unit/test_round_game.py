@@ -254,7 +254,7 @@ def test_chunked_path_holds_one_chunk_at_a_time(
         events.append("stem")
         return stem_outputs(x)
 
-    def logged_score(logits: Tensor, y: Tensor, metric: str) -> np.ndarray:
+    def logged_score(logits: Tensor, y: Tensor, metric: str) -> Tensor:
         events.append("score")
         return score(logits, y, metric)
 
