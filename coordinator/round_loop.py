@@ -15,7 +15,14 @@ import torch
 from torch import Tensor
 
 from fedsv.common.ranks import participant_id
-from fedsv.common.round_step import ClientUpdate, aggregate, select_ranks, step_round, train_seed
+from fedsv.common.round_step import (
+    ClientUpdate,
+    GameSettings,
+    aggregate,
+    select_ranks,
+    step_round,
+    train_seed,
+)
 from fedsv.common.training import evaluate, params_of
 from fedsv.common.v1 import fedsv_pb2
 from fedsv.common.wire import encode_tensor_set
@@ -75,6 +82,9 @@ class RoundLoop:
         self.stop_event = threading.Event()
         self.task, self.model = inputs.task, inputs.model
         self.validation, self.test = inputs.validation, inputs.test
+        self.game_settings = GameSettings(
+            self.task.metric, server.valuation_device, server.valuation_precision
+        )
         self.params = params_of(self.model)
         self.rng = np.random.default_rng(run.seed)
         self.schedule = run.schedule()
@@ -116,15 +126,13 @@ class RoundLoop:
             self.worker = ValuationWorker(
                 self.model,
                 self.validation,
-                self.task.metric,
+                self.game_settings,
                 self.run_config.valuation_spec,
                 self.accounting,
                 self.ledger,
                 self.metrics,
                 self.store,
                 self.server_config.valuation_queue,
-                self.server_config.valuation_device,
-                self.server_config.valuation_precision,
             )
             for pending in self.backlog:
                 self.worker.submit(pending)
@@ -196,9 +204,7 @@ class RoundLoop:
                 number,
                 run.valuation_spec(number),
                 self.accounting,
-                self.task.metric,
-                self.server_config.valuation_device,
-                self.server_config.valuation_precision,
+                self.game_settings,
             )
             new_params, values = outcome.params, outcome.values
             aggregation, valuation = outcome.aggregation_seconds, outcome.valuation_seconds

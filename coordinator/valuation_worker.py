@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from fedsv.common.round_step import EvalSet, Metric, value_updates
+from fedsv.common.round_step import EvalSet, GameSettings, value_updates
 from fedsv.coordinator.ledger import Ledger
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.pending import PendingRound, PendingStore
@@ -34,21 +34,19 @@ class ValuationWorker:
         self,
         model: nn.Module,
         validation: EvalSet,
-        metric: Metric,
+        game_settings: GameSettings,
         spec_of: Callable[[int], ValuationSpec | None],
         accounting: FederatedValuation,
         ledger: Ledger,
         metrics: CoordinatorMetrics,
         store: PendingStore,
         capacity: int,
-        device: str = "cpu",
-        precision: str = "fp32",
     ) -> None:
         # Its own copy of the model: the round loop evaluates the global model at the same time.
         self._model = copy.deepcopy(model)
-        self._validation, self._metric, self._spec_of = validation, metric, spec_of
+        self._validation, self._game_settings, self._spec_of = validation, game_settings, spec_of
         self._accounting, self._ledger, self._metrics, self._store = accounting, ledger, metrics, store
-        self.capacity, self._device, self._precision = capacity, device, precision
+        self.capacity = capacity
         self._jobs: queue.Queue[PendingRound | None] = queue.Queue()
         self._changed = threading.Condition()
         self._outstanding = 0
@@ -117,9 +115,7 @@ class ValuationWorker:
             job.round,
             self._spec_of(job.round),
             self._accounting,
-            self._metric,
-            self._device,
-            self._precision,
+            self._game_settings,
         )
         self._ledger.commit_values(job.round, value_rows(values), valuation_summary(values, time.time()))
         self._store.remove(job.round)

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from fedsv.common.corruptions import Corruption
 from fedsv.common.data.sources import Samples, read_data
 from fedsv.common.shards import is_simulated
-from fedsv.common.task import LoadedTask, TaskError, TrainContext, as_samples
+from fedsv.common.task import LoadedTask, TaskError, TrainContext
 from fedsv.common.task_data import SimulationSettings, rank_samples, rank_source, run_task
 from fedsv.common.v1 import fedsv_pb2
 
@@ -40,7 +40,7 @@ def preload(settings: LocalSettings, task: LoadedTask | None, rank: int) -> Samp
     if is_simulated(source):
         return None
     if task is None:  # the built-in tasks read the standard sources
-        return as_samples(read_data(source), source)
+        return read_data(source)
     return task.local_data(source)
 
 

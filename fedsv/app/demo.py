@@ -11,7 +11,14 @@ import numpy as np
 
 from fedsv.common.corruptions import parse_corruption
 from fedsv.common.ranks import participant_id
-from fedsv.common.round_step import ClientUpdate, EvalSet, select_ranks, step_round, train_seed
+from fedsv.common.round_step import (
+    ClientUpdate,
+    EvalSet,
+    GameSettings,
+    select_ranks,
+    step_round,
+    train_seed,
+)
 from fedsv.common.task import TrainContext
 from fedsv.common.task_data import evaluation_samples, rank_samples, rank_source
 from fedsv.common.training import evaluate, params_of
@@ -88,9 +95,8 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
             )  # fmt: skip
             delta = task.local_update(model, global_params, samples, context, corruption)
             updates.append(ClientUpdate(participant_id(r), delta, len(samples)))
-        outcome = step_round(
-            model, global_params, updates, validation, t, config.valuation_spec(t), accounting, task.metric
-        )
+        spec, game = config.valuation_spec(t), GameSettings(metric=task.metric)
+        outcome = step_round(model, global_params, updates, validation, t, spec, accounting, game)
         global_params = outcome.params
         accuracy = math.nan if test is None else evaluate(model, global_params, test.x, test.y)[0]
         accuracies.append(accuracy)

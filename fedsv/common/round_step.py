@@ -21,6 +21,16 @@ Metric = str | Callable[[Tensor, Tensor], Tensor]
 
 
 @dataclass(frozen=True)
+class GameSettings:
+    """How a round's game computes: its validation metric, the torch device ("auto": CUDA when
+    present) and the precision ("fp32", "tf32", "bf16"; see fedsv.valuation.RoundGame)."""
+
+    metric: Metric = "accuracy"
+    device: str = "cpu"
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
 class ClientUpdate:
     """What one participant contributed to a round: its delta (trained - w_t) and its sample count."""
 
@@ -87,15 +97,12 @@ def value_updates(
     number: int,
     spec: ValuationSpec | None,
     accounting: FederatedValuation,
-    metric: Metric = "accuracy",
-    device: str = "cpu",
-    precision: str = "fp32",
+    game_settings: GameSettings = GameSettings(),
 ) -> RoundValues:
     """The round's values from w_t and its updates only (spec None: valuation off, utilities only).
 
     The values are recorded in `accounting` unless valuation is off. Valuation needs no message beyond
-    the updates the round already received. `device` ("auto": CUDA when present) and `precision`
-    ("fp32", "tf32", "bf16") say where and how the round's game computes (RoundGame).
+    the updates the round already received.
     """
     ordered = _ordered(updates, number)
     ids = [u.participant for u in ordered]
@@ -108,9 +115,9 @@ def value_updates(
         counts,
         validation.x,
         validation.y,
-        metric=metric,
-        device=device,
-        precision=precision,
+        metric=game_settings.metric,
+        device=game_settings.device,
+        precision=game_settings.precision,
     )
     if spec is None:  # valuation off: only U(empty) and U(all), the round's utilities
         before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
@@ -127,17 +134,13 @@ def step_round(
     number: int,
     spec: ValuationSpec | None,
     accounting: FederatedValuation,
-    metric: Metric = "accuracy",
-    device: str = "cpu",
-    precision: str = "fp32",
+    game_settings: GameSettings = GameSettings(),
 ) -> RoundOutcome:
     """Aggregate the round's updates with FedAvg and value them, one after the other (inline)."""
     started = time.perf_counter()
     new_params = aggregate(params, updates, number)
     aggregated = time.perf_counter()
-    values = value_updates(
-        model, params, updates, validation, number, spec, accounting, metric, device, precision
-    )
+    values = value_updates(model, params, updates, validation, number, spec, accounting, game_settings)
     return RoundOutcome(
         params=new_params,
         values=values,

@@ -35,10 +35,7 @@ def rank_source(template: str, rank: int, dataset: str) -> str:
     """A rank's data source: the template with {rank} filled in; "" means the run's simulation."""
     if not template.strip():
         return f"simulated:{dataset}"
-    try:
-        return template.replace(RANK_FIELD, str(rank))
-    except (IndexError, KeyError, ValueError) as exc:
-        raise ValueError(f"data template {template!r}: {exc}") from exc
+    return template.replace(RANK_FIELD, str(rank))
 
 
 def rank_samples(

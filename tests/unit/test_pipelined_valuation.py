@@ -12,7 +12,7 @@ import torch
 from prometheus_client import CollectorRegistry
 
 from fedsv.common.models import build_model
-from fedsv.common.round_step import ClientUpdate, EvalSet, value_updates
+from fedsv.common.round_step import ClientUpdate, EvalSet, GameSettings, value_updates
 from fedsv.common.training import params_of
 from fedsv.coordinator.ledger import Checkpoint, Ledger, LedgerError
 from fedsv.coordinator.metrics import CoordinatorMetrics
@@ -74,7 +74,9 @@ def test_a_round_left_pending_by_a_kill_gets_the_same_values_from_a_new_worker(t
         # The restarted coordinator: a new worker values the backlog from the files.
         metrics = CoordinatorMetrics(CollectorRegistry())
         accounting = FederatedValuation()
-        worker = ValuationWorker(model, validation, "accuracy", _spec, accounting, ledger, metrics, store, 2)
+        worker = ValuationWorker(
+            model, validation, GameSettings(), _spec, accounting, ledger, metrics, store, 2
+        )
         for number in ledger.pending_rounds():
             worker.submit(store.load(number))
         assert worker.drain(threading.Event()), worker.error
@@ -108,7 +110,7 @@ def test_a_failed_valuation_stops_the_worker_and_leaves_the_round_pending(tmp_pa
         _commit_pending(ledger, 1)
         metrics = CoordinatorMetrics(CollectorRegistry())
         worker = ValuationWorker(
-            model, validation, "accuracy", _spec, FederatedValuation(), ledger, metrics, store, 1
+            model, validation, GameSettings(), _spec, FederatedValuation(), ledger, metrics, store, 1
         )
         worker.submit(store.load(1))
         assert not worker.drain(threading.Event())
