@@ -19,6 +19,7 @@ from fedsv.common.tls import channel_credentials, rank_token
 from fedsv.participant.local import LocalSettings, preload
 from fedsv.participant.ranks import resolve_ranks
 from fedsv.participant.worker import RankWorker
+from fedsv.valuation.round_game import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--data-dir", default="", help="directory of the simulated data set's files")
     parser.add_argument(
+        "--device", default="cpu", help="where this process's ranks train: cpu (default) | auto | cuda[:N]"
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch threads per process (1 = deterministic)"
     )
     parser.add_argument("--give-up-after", type=float, default=600.0, help="seconds without a coordinator")
@@ -93,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.rank, args.world_size, args.ranks, ranks_per_process=args.ranks_per_process
         )
         tokens = _tokens(args, assignment.ranks)
-        local = LocalSettings(task=args.task, data=args.data, data_dir=args.data_dir)
+        local = LocalSettings(task=args.task, data=args.data, data_dir=args.data_dir, device=args.device)
+        resolve_device(args.device)  # an unknown or absent device: a one-line error now
         task = load_task(args.task) if args.task.strip() else None
         samples = {rank: preload(local, task, rank) for rank in assignment.ranks}  # bad files: fail now
     except ValueError as exc:  # TaskError and DataError too

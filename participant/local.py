@@ -13,6 +13,7 @@ from fedsv.common.shards import is_simulated
 from fedsv.common.task import LoadedTask, TaskError, TrainContext
 from fedsv.common.task_data import SimulationSettings, rank_samples, rank_source, run_task
 from fedsv.common.v1 import fedsv_pb2
+from fedsv.valuation.round_game import resolve_device
 
 # A task's training may seed torch's process-global RNG (dropout): ranks of one process train one at a
 # time so every rank's delta is the same whichever ranks share its process. Processes give parallelism.
@@ -30,6 +31,7 @@ class LocalSettings:
     task: str = ""  # --task; "" = the run's built-in paper task
     data: str = ""  # --data, with {rank} filled in per rank; "" = the run's simulation
     data_dir: str = ""  # --data-dir: the simulated data set's files
+    device: str = "cpu"  # --device: where this rank trains (auto: CUDA when present)
 
 
 def preload(settings: LocalSettings, task: LoadedTask | None, rank: int) -> Samples | None:
@@ -80,7 +82,7 @@ class LocalRank:
                 )
             elif (spec.corruption or "none") != "none":
                 raise TaskError(f"the run corrupts rank {rank}, which applies to simulated data only")
-            model = loaded.build_model(spec.seed)
+            model = loaded.build_model(spec.seed).to(resolve_device(settings.device))
         except (TaskError, ValueError) as exc:
             raise LocalSetupError(str(exc)) from exc
         return cls(rank, loaded, samples, corruption, model)
@@ -100,4 +102,5 @@ class LocalRank:
             weight_decay=train.weight_decay,
         )
         with _TRAIN_LOCK:
-            return self.task.local_update(self.model, params, self.samples, context, self.corruption)
+            delta = self.task.local_update(self.model, params, self.samples, context, self.corruption)
+        return {name: tensor.cpu() for name, tensor in delta.items()}  # the wire codec reads host memory

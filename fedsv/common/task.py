@@ -233,11 +233,17 @@ class LoadedTask:
                 model, global_state, samples.x, samples.y, context.sgd, context.seed, corruption
             )
         load_params(model, global_state)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(context.seed)
+        device = next(model.parameters()).device
+        cuda: list[int] = []
+        if device.type == "cuda":
+            cuda = [device.index if device.index is not None else torch.cuda.current_device()]
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(context.seed)  # every device's generator: dropout on a GPU too
             train(model, samples, context)
         trained = params_of(model)
-        return {name: trained[name] - global_state[name] for name in global_state}
+        return {
+            name: trained[name].to(global_state[name].device) - global_state[name] for name in global_state
+        }
 
 
 def load_task(spec: str) -> LoadedTask:

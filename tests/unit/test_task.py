@@ -154,3 +154,32 @@ def test_a_module_can_itself_be_the_task(tmp_path: Path) -> None:
         sys.path.remove(str(tmp_path))
     assert task.metric == "accuracy" and len(task.validation_data("v")) == 3
     assert len(task.test_data("t")) == 3  # no load_test: the validation loader reads test data
+
+
+def _rank_delta(device: str) -> dict[str, torch.Tensor]:
+    """One round of local training of rank 0 of a simulated run, on `device`."""
+    from fedsv.common.v1 import fedsv_pb2
+    from fedsv.participant.local import LocalRank, LocalSettings
+
+    train = fedsv_pb2.TrainSettings(epochs=1, batch_size=10, lr=0.05)
+    spec = fedsv_pb2.RunSpec(world_size=20, seed=3, dataset="embedded", partition="iid", model="mlp",
+                             validation_size=1000, train=train)  # fmt: skip
+    local = LocalRank.prepare(0, spec, LocalSettings(device=device), None, None)
+    params = params_of(load_task("fedsv.tasks:mnist_mlp").build_model(seed=3))
+    return local.train(params, fedsv_pb2.RoundTask(round=1, train_seed=11), train)
+
+
+def test_a_participant_s_device_keeps_cpu_results_and_sends_host_tensors() -> None:
+    cpu = _rank_delta("cpu")
+    assert all(t.device.type == "cpu" for t in cpu.values())
+    assert all(
+        torch.equal(cpu[k], v)
+        for k, v in _rank_delta("auto" if not torch.cuda.is_available() else "cpu").items()
+    )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_participant_trains_on_cuda_and_sends_host_tensors() -> None:
+    cpu, gpu = _rank_delta("cpu"), _rank_delta("cuda")
+    assert all(t.device.type == "cpu" for t in gpu.values())
+    assert all(torch.allclose(cpu[k], gpu[k], atol=1e-4) for k in cpu)

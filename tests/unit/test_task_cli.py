@@ -77,3 +77,9 @@ def test_coordinator(task_file: Path, tmp_path: Path, capsys: pytest.CaptureFixt
 def test_demo(task_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert fedsv_main(["demo", "--task", f"{task_file}:no_such", "--validation-data", "v.npz"]) == 2
     _one_line(capsys.readouterr().err, "fedsv demo: error:", "no attribute 'no_such'")
+
+
+def test_participant_device(task_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--coordinator", "127.0.0.1:1", "--rank", "0", "--world-size", "2", "--insecure"]
+    assert participant_main.main([*args, "--device", "tpu"]) == 2
+    _one_line(capsys.readouterr().err, "participant: error:", "tpu")
