@@ -288,12 +288,22 @@ class Ledger:
         return Checkpoint(rows[0][0], bytes(rows[0][1]), rows[0][2]) if rows else None
 
     def rounds(self) -> list[RoundRecord]:
+        return self._records("")
+
+    def round_record(self, number: int) -> RoundRecord:
+        """One round's record; LedgerError if the ledger has none."""
+        records = self._records(f"WHERE round = {int(number)}")
+        if not records:
+            raise LedgerError(f"{self.path}: no round {number}")
+        return records[0]
+
+    def _records(self, where: str) -> list[RoundRecord]:
         out = []
         # A version-1 file read without migrating has no valued_at column: NULL (NaN) stands in.
         columns = ", ".join(
             "NULL" if n == "valued_at" and not self._has_updates else n for n, _ in _ROUND_FIELDS
         )
-        for row in self._query(f"SELECT {columns} FROM rounds ORDER BY round"):
+        for row in self._query(f"SELECT {columns} FROM rounds {where} ORDER BY round"):
             kw: dict[str, Any] = {
                 n: json.loads(v) if k == "list[str]" else (math.nan if v is None else v)
                 for (n, k), v in zip(_ROUND_FIELDS, row, strict=True)

@@ -31,7 +31,7 @@ from fedsv.coordinator.round_loop import RoundLoop
 from fedsv.coordinator.run_inputs import RunInputs
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
-from fedsv.valuation.round_game import resolve_device
+from fedsv.valuation.device import resolve_device
 
 logger = logging.getLogger(__name__)
 

@@ -124,7 +124,7 @@ class ValuationWorker:
             backlog = self._outstanding
             self._metrics.valuation_queue_depth.set(backlog)
             self._changed.notify_all()
-        (record,) = [r for r in self._ledger.rounds() if r.round == job.round]
+        record = self._ledger.round_record(job.round)
         self._metrics.observe_values(record, self._accounting.totals(), lag_rounds=backlog)
         logger.info(
             "round %d valued: %s %.2fs, %.2fs after its commit",

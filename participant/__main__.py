@@ -19,7 +19,7 @@ from fedsv.common.tls import channel_credentials, rank_token
 from fedsv.participant.local import LocalSettings, preload
 from fedsv.participant.ranks import resolve_ranks
 from fedsv.participant.worker import RankWorker
-from fedsv.valuation.round_game import resolve_device
+from fedsv.valuation.device import resolve_device
 
 logger = logging.getLogger(__name__)
 

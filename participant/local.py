@@ -13,7 +13,7 @@ from fedsv.common.shards import is_simulated
 from fedsv.common.task import LoadedTask, TaskError, TrainContext
 from fedsv.common.task_data import SimulationSettings, rank_samples, rank_source, run_task
 from fedsv.common.v1 import fedsv_pb2
-from fedsv.valuation.round_game import resolve_device
+from fedsv.valuation.device import resolve_device
 
 # A task's training may seed torch's process-global RNG (dropout): ranks of one process train one at a
 # time so every rank's delta is the same whichever ranks share its process. Processes give parallelism.

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
 
 import numpy as np
 import torch
@@ -15,6 +13,14 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from fedsv.valuation import stacked_head
+from fedsv.valuation.device import (
+    DEFAULT_WORKING_SET,
+    PRECISIONS,
+    default_budget_mb,
+    lives_on,
+    resolve_device,
+    tf32_allowed,
+)
 from fedsv.valuation.game import BoolMatrix, FloatArray, Game
 from fedsv.valuation.round_inputs import Metric, RoundInputs, coalition_weights, score_logits
 from fedsv.valuation.stem_split import StemSplit, split_stem
@@ -22,70 +28,6 @@ from fedsv.valuation.stem_split import StemSplit, split_stem
 logger = logging.getLogger(__name__)
 
 MODES = ("fast", "batched", "naive")
-PRECISIONS = ("fp32", "tf32", "bf16")
-
-DEFAULT_BUDGET_MB = 256.0
-"""Memory budget of a game on the CPU when the caller gives none, in MiB."""
-
-CUDA_BUDGET_FRACTION = 0.25
-"""A CUDA game left at the default budget may use this fraction of the device's free memory."""
-
-DEFAULT_WORKING_SET = 2**20
-"""Floats of activations per step of a matmul head on the CPU (cache-sized); a CUDA game uses more."""
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """The device a game computes on: "auto" (CUDA when available, else the CPU), "cpu", "cuda", "cuda:N"."""
-    if isinstance(device, str) and device.strip().lower() == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    choices = "use 'auto', 'cpu', 'cuda' or 'cuda:N'"
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"unknown device {device!r}; {choices}") from None
-    if resolved.type == "cpu":
-        return torch.device("cpu")
-    if resolved.type != "cuda":
-        raise ValueError(f"unsupported device {device!r}; {choices}")
-    if not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for, but CUDA is not available to this torch; {choices}")
-    count = torch.cuda.device_count()
-    index = torch.cuda.current_device() if resolved.index is None else resolved.index
-    if not 0 <= index < count:
-        raise ValueError(f"device {device!r} asked for, but this machine has {count} CUDA device(s)")
-    return torch.device("cuda", index)
-
-
-@contextmanager
-def _tf32_allowed(allow: bool) -> Iterator[None]:
-    """CUDA float32 matmuls and cuDNN convolutions may use TF32 iff allow; the settings come back after.
-
-    Set with the allow_tf32 flags, or with fp32_precision where the process already uses that newer API
-    (torch refuses to read the old flags then); restored exactly, as fp32_precision strings. The
-    settings are process-wide: other threads' CUDA work sees them while the game evaluates.
-    """
-    matmul = torch.backends.cuda.matmul
-    cudnn: Any = torch.backends.cudnn  # conv, rnn and fp32_precision are set at run time, unknown to mypy
-    saved = (matmul.fp32_precision, cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision)
-    try:
-        legacy: tuple[bool, bool] | None = (matmul.allow_tf32, cudnn.allow_tf32)
-    except RuntimeError:  # "mix of the legacy and new APIs": keep to the new one
-        legacy = None
-    if legacy is not None:
-        matmul.allow_tf32, cudnn.allow_tf32 = allow, allow
-    else:
-        matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if allow else "ieee"
-    try:
-        yield
-    finally:
-        if legacy is not None:
-            matmul.allow_tf32, cudnn.allow_tf32 = legacy
-        matmul.fp32_precision, cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision = saved
-
-
-def _lives_on(model: nn.Module, device: torch.device) -> bool:
-    """True if every parameter and buffer of the model is on the device."""
-    return all(t.device == device for t in itertools.chain(model.parameters(), model.buffers()))
 
 
 class RoundGame(Game):
@@ -176,10 +118,10 @@ class RoundGame(Game):
             raise ValueError(f"unknown mode {mode!r}; choose one of {list(MODES)}")
         if memory_budget_mb is not None and not memory_budget_mb > 0:
             raise ValueError(f"memory_budget_mb must be positive, got {memory_budget_mb}")
-        self.model = model if _lives_on(model, self.device) else copy.deepcopy(model).to(self.device)
+        self.model = model if lives_on(model, self.device) else copy.deepcopy(model).to(self.device)
         if self.model is not model:
             self.model.eval()  # the game's own copy stays in eval mode
-        budget_mb = self._default_budget_mb() if memory_budget_mb is None else float(memory_budget_mb)
+        budget_mb = default_budget_mb(self.device) if memory_budget_mb is None else float(memory_budget_mb)
         self._budget_floats = int(budget_mb * 2**20 / 4)
         if working_set_floats is None:
             cuda = self.device.type == "cuda"
@@ -194,20 +136,13 @@ class RoundGame(Game):
         self.mode, reason = self._choose_mode(mode)
         logger.info("RoundGame mode %r on %s (%s): %s", self.mode, self.device, self.precision, reason)
 
-    def _default_budget_mb(self) -> float:
-        """DEFAULT_BUDGET_MB on the CPU; CUDA_BUDGET_FRACTION of the free memory of a CUDA device."""
-        if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            return max(1.0, CUDA_BUDGET_FRACTION * free / 2**20)
-        return DEFAULT_BUDGET_MB
-
     # ---------------------------------------------------------------- execution context
     @contextmanager
     def _computing(self) -> Iterator[None]:
         """Eval mode, no autograd, no caller's autocast, and on CUDA the precision's TF32 setting."""
         was_training = self.model.training
         self.model.eval()
-        tf32 = _tf32_allowed(self.precision == "tf32") if self.device.type == "cuda" else nullcontext()
+        tf32 = tf32_allowed(self.precision == "tf32") if self.device.type == "cuda" else nullcontext()
         try:
             with torch.no_grad(), torch.autocast(self.device.type, enabled=False), tf32:
                 yield

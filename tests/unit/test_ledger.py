@@ -51,6 +51,9 @@ def test_round_trip(ledger: Ledger) -> None:
     assert ledger.last_checkpoint() is None and ledger.rounds() == []
     records = [commit(ledger, n) for n in (1, 2, 3)]
     assert ledger.rounds() == records
+    assert ledger.round_record(2) == records[1]
+    with pytest.raises(LedgerError, match="no round 4"):
+        ledger.round_record(4)
     assert ledger.values() == [v for r in records for v in make_rows(r)[0]]
     assert ledger.traffic() == [t for r in records for t in make_rows(r)[1]]
     assert ledger.last_checkpoint() == Checkpoint(3, b"params\x03", '{"n": 3}')  # only the latest

@@ -15,11 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import fedsv.valuation.device as device_module
 from fedsv.common.data import load_dataset
 from fedsv.common.models import build_model
 from fedsv.valuation import RoundGame, round_game
+from fedsv.valuation.device import DEFAULT_BUDGET_MB, DEFAULT_WORKING_SET, PRECISIONS
 from fedsv.valuation.exact import all_coalitions
-from fedsv.valuation.round_game import DEFAULT_BUDGET_MB, DEFAULT_WORKING_SET, MODES, PRECISIONS
+from fedsv.valuation.round_game import MODES
 from fedsv.valuation.round_inputs import federated_state
 
 NUM_VAL = 100
@@ -230,7 +232,7 @@ def test_a_model_elsewhere_is_copied_not_moved(
     members = all_coalitions(M)
     shared = {mode: setup.game(mode=mode, metric="neg_loss") for mode in MODES}
     assert all(game.model is setup.model for game in shared.values())
-    monkeypatch.setattr(round_game, "_lives_on", lambda model, device: False)
+    monkeypatch.setattr(round_game, "lives_on", lambda model, device: False)
     setup.model.train(True)
     before = _snapshot(setup.model)
     try:
@@ -306,18 +308,18 @@ def test_precision_leaves_global_flags_alone_on_cpu(setups: dict[str, Setup]) ->
 
 
 def test_tf32_switch_sets_and_restores_the_flags() -> None:
-    """_tf32_allowed flips both flags and restores them, through the allow_tf32 flags or fp32_precision."""
+    """tf32_allowed flips both flags and restores them, through the allow_tf32 flags or fp32_precision."""
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     before = (matmul.allow_tf32, cudnn.allow_tf32)
     for allow in (True, False):
-        with round_game._tf32_allowed(allow):
+        with device_module.tf32_allowed(allow):
             assert (matmul.allow_tf32, cudnn.allow_tf32) == (allow, allow)
         assert (matmul.allow_tf32, cudnn.allow_tf32) == before
     # A process that set TF32 with the newer API cannot read the old flags: run it in its own process.
     script = textwrap.dedent(
         """
         import torch
-        from fedsv.valuation.round_game import _tf32_allowed
+        from fedsv.valuation.device import tf32_allowed
         matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
         torch.backends.fp32_precision = "tf32"
         matmul.fp32_precision = "tf32"
@@ -325,7 +327,7 @@ def test_tf32_switch_sets_and_restores_the_flags() -> None:
             return (matmul.fp32_precision, cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision)
         before = state()
         for allow in (True, False):
-            with _tf32_allowed(allow):
+            with tf32_allowed(allow):
                 want = "tf32" if allow else "ieee"
                 assert (matmul.fp32_precision, cudnn.conv.fp32_precision) == (want, want), state()
             assert state() == before, state()
