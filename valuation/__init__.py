@@ -1,6 +1,6 @@
 """fedsv.valuation: Shapley-value estimators for cooperative games and the federated SV across rounds."""
 
-from fedsv.valuation.api import plan, shapley_values
+from fedsv.valuation.api import Plan, plan, shapley_values
 from fedsv.valuation.exact import ExactShapley
 from fedsv.valuation.game import CallableGame, Game
 from fedsv.valuation.group_testing import GroupTesting
@@ -19,6 +19,7 @@ __all__ = [
     "GroupTesting",
     "LeaveOneOut",
     "PermutationSampling",
+    "Plan",
     "RandomValues",
     "RoundGame",
     "RoundValues",

@@ -1,21 +1,33 @@
-"""Functional API: shapley_values() for any utility, and plan() of the evaluation cost per method."""
+"""Functional API: plan() a game's method and evaluation budget, make_estimator(), shapley_values()."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
+from fedsv.valuation.border import border_rows
+from fedsv.valuation.budget import minimum_budget
 from fedsv.valuation.exact import ExactShapley
 from fedsv.valuation.game import Game, as_game
 from fedsv.valuation.group_testing import GroupTesting, group_testing_budget
+from fedsv.valuation.gtg import GTGShapley
+from fedsv.valuation.kernel_shap import KernelSHAP, LeverageSHAP
 from fedsv.valuation.loo import LeaveOneOut, RandomValues
 from fedsv.valuation.permutation import PermutationSampling, permutation_budget
+from fedsv.valuation.regression import RegressionMSR
 from fedsv.valuation.result import ValuationResult
-from fedsv.valuation.spec import SHAPLEY_METHODS, ValuationSpec
+from fedsv.valuation.spec import SAMPLING_METHODS, ValuationSpec
+from fedsv.valuation.svarm import StratifiedSVARM
 
 logger = logging.getLogger(__name__)
+
+AUTO_SAMPLER = "regression"
+"""What "auto" samples with when exact does not fit: the most accurate method per evaluation in
+benchmarks/bench_estimators.py (docs/performance.md has the table)."""
 
 
 class Estimator(Protocol):
@@ -24,54 +36,154 @@ class Estimator(Protocol):
     def run(self, game: Game) -> ValuationResult: ...
 
 
+SAMPLERS: dict[str, Callable[[int, int], Estimator]] = {
+    "regression": lambda budget, seed: RegressionMSR(budget, seed=seed),
+    "svarm": lambda budget, seed: StratifiedSVARM(budget, seed=seed),
+    "kernelshap": lambda budget, seed: KernelSHAP(budget, seed=seed),
+    "leverage": lambda budget, seed: LeverageSHAP(budget, seed=seed),
+    "gtg": lambda budget, seed: GTGShapley(budget, seed=seed),
+}
+"""The sampling estimators that take nothing but a budget and a seed: factory(budget, seed)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one game will be valued.
+
+    method: the method that runs ("auto" resolved).
+    evaluations: distinct utility evaluations allowed (2^m for exact; the budget for sampling).
+    seconds_per_evaluation: the measured cost of one coalition, when a time budget was given.
+    """
+
+    players: int
+    requested: str
+    method: str
+    evaluations: int
+    seconds_per_evaluation: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Plan:
+        """The plan to_dict() wrote; ValueError if it is not one."""
+        try:
+            seconds = data.get("seconds_per_evaluation")
+            return cls(
+                players=int(data["players"]),  # type: ignore[call-overload]
+                requested=str(data["requested"]),
+                method=str(data["method"]),
+                evaluations=int(data["evaluations"]),  # type: ignore[call-overload]
+                seconds_per_evaluation=None if seconds is None else float(seconds),  # type: ignore[arg-type]
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not a valuation plan: {data!r:.200}") from exc
+
+    def replay(self, spec: ValuationSpec) -> ValuationSpec:
+        """A spec that runs exactly this plan again with spec's seed, without measuring time: the same
+        values as the run that made the plan (what a restarted coordinator needs)."""
+        budget = self.evaluations if self.method in SAMPLING_METHODS else spec.budget
+        return dataclasses.replace(spec, method=self.method, budget=budget, budget_seconds=None)
+
+
 def _check_players(m: int) -> int:
     if isinstance(m, bool) or int(m) != m or m < 1:
         raise ValueError(f"a game needs at least one player, got m={m}")
     return int(m)
 
 
-def plan(m: int, spec: ValuationSpec | None = None) -> dict[str, int]:
-    """Planned distinct utility evaluations per Shapley method for a game of m players.
+def evaluation_budget(m: int, spec: ValuationSpec, seconds_per_evaluation: float | None = None) -> int:
+    """Distinct evaluations a sampling method may cause on a game of m players.
 
-    exact: 2^m (present only if m <= spec.max_exact_players); permutation: min(2^m, 2 + T_perm (m-1))
-    (every permutation's full prefix is U(all), so m-1 new coalitions per permutation);
-    group_testing: min(2^m, 2 + T_gt) (one coalition per test plus U(empty) and U(all)).
+    spec.budget if given, else the Hoeffding budget of permutation sampling for (eps, delta);
+    capped by spec.budget_seconds / seconds_per_evaluation when both are known, and by 2^m; never
+    below minimum_budget(m) (a time budget too small for the border is overrun, not ignored).
     """
+    m = _check_players(m)
+    if spec.budget is not None:
+        budget = spec.budget
+    else:
+        budget = 2 + permutation_budget(m, spec.eps, spec.delta, spec.utility_range) * max(1, m - 1)
+    if spec.budget_seconds is not None and seconds_per_evaluation is not None and seconds_per_evaluation > 0:
+        budget = min(budget, int(spec.budget_seconds / seconds_per_evaluation))
+    return max(minimum_budget(m), min(budget, 2**m))
+
+
+def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: float | None = None) -> Plan:
+    """The method and evaluation budget for a game of m players (see evaluation_budget())."""
     spec = spec or ValuationSpec()
     m = _check_players(m)
-    full = 2**m
-    costs: dict[str, int] = {}
-    if m <= spec.max_exact_players:
-        costs["exact"] = full
-    per_permutation = m - 1
-    permutations = permutation_budget(m, spec.eps, spec.delta, spec.utility_range)
-    costs["permutation"] = min(full, 2 + permutations * per_permutation)
-    costs["group_testing"] = min(full, 2 + group_testing_budget(m, spec.eps, spec.delta, spec.utility_range))
-    return costs
-
-
-def choose_method(costs: dict[str, int]) -> str:
-    """The cheapest planned method; exact wins ties, then permutation."""
-    order = [name for name in SHAPLEY_METHODS if name in costs]
-    return min(order, key=lambda name: (costs[name], order.index(name)))
-
-
-def make_estimator(m: int, spec: ValuationSpec) -> Estimator:
-    """The estimator object for spec.method ("auto" resolved with plan() for m players)."""
+    budget = evaluation_budget(m, spec, seconds_per_evaluation)
     method = spec.method
     if method == "auto":
-        costs = plan(m, spec)
-        method = choose_method(costs)
-        logger.info("auto: m=%d planned evaluations %s -> %s", m, costs, method)
+        fits = m <= spec.max_exact_players and 2**m <= budget
+        method = "exact" if fits else AUTO_SAMPLER
+    evaluations = 2**m if method == "exact" else budget
+    if spec.budget is None and spec.budget_seconds is None and method == "group_testing":
+        # without a budget, group testing draws its own Bernstein count of tests (one coalition each)
+        evaluations = min(2**m, 2 + group_testing_budget(m, spec.eps, spec.delta, spec.utility_range))
+    if method == "loo":
+        evaluations = min(2**m, m + 2)
+    elif method == "random":
+        evaluations = 0
+    return Plan(m, spec.method, method, evaluations, seconds_per_evaluation)
+
+
+def measure_cost(game: Game) -> float:
+    """Seconds per additional coalition of `game`, after its one-off set-up (game.prepare()).
+
+    Two timed evaluations outside the game's cache (so the distinct evaluations and the estimator's
+    draws are those of a run without a time budget): U(empty) alone, then the 2m + 2 border
+    coalitions in one batch; their difference over 2m + 1 coalitions is the marginal cost, free of
+    the per-call overhead that batches of hundreds amortise.
+    """
+    game.prepare()
+    rows = border_rows(game.m, sorted({0, 1, game.m - 1, game.m}))
+    start = time.perf_counter()
+    game.evaluate_uncached(rows[:1])
+    single = time.perf_counter() - start
+    start = time.perf_counter()
+    game.evaluate_uncached(rows)
+    batch = time.perf_counter() - start
+    if rows.shape[0] > 1 and batch > single:
+        return (batch - single) / (rows.shape[0] - 1)
+    return batch / rows.shape[0]
+
+
+def plan_game(game: Game, spec: ValuationSpec) -> Plan:
+    """plan() for this game; with spec.budget_seconds the cost per coalition is measured on it first."""
+    cost = measure_cost(game) if spec.budget_seconds is not None else None
+    result = plan(game.m, spec, cost)
+    if spec.method == "auto":
+        logger.info("auto: m=%d %s", game.m, result)
+    return result
+
+
+def make_estimator(chosen: Plan, spec: ValuationSpec) -> Estimator:
+    """The estimator object that carries out `chosen`."""
+    method, budget = chosen.method, chosen.evaluations
     if method == "exact":
         return ExactShapley(spec.max_exact_players)
+    if method in SAMPLERS:
+        return SAMPLERS[method](budget, spec.seed)
+    explicit = spec.budget is not None or spec.budget_seconds is not None
     if method == "permutation":
-        return PermutationSampling(spec.eps, spec.delta, spec.utility_range, seed=spec.seed)
+        cap = budget if explicit else None
+        return PermutationSampling(spec.eps, spec.delta, spec.utility_range, seed=spec.seed, budget=cap)
     if method == "group_testing":
-        return GroupTesting(spec.eps, spec.delta, spec.utility_range, seed=spec.seed)
+        cap = budget if explicit else None
+        return GroupTesting(spec.eps, spec.delta, spec.utility_range, seed=spec.seed, budget=cap)
     if method == "loo":
         return LeaveOneOut()
+    assert method == "random", method
     return RandomValues(spec.seed)
+
+
+def run_spec(game: Game, spec: ValuationSpec) -> ValuationResult:
+    """Plan, then run, the valuation of `game`; the result's extra["plan"] records the plan."""
+    chosen = plan_game(game, spec)
+    result = make_estimator(chosen, spec).run(game)
+    return dataclasses.replace(result, extra={**result.extra, "plan": chosen.to_dict()})
 
 
 def shapley_values(
@@ -81,16 +193,13 @@ def shapley_values(
 ) -> ValuationResult:
     """Values of the m players of `utility` (a Game, or a callable on frozensets of indices 0..m-1).
 
-    `spec` (default ValuationSpec(): "auto", eps = delta = 0.05) says which method and what accuracy.
+    `spec` (default ValuationSpec(): "auto", eps = delta = 0.05) says which method and what budget.
     The result's `.method` is the method actually used; `.evaluations` counts the distinct coalitions
-    this call evaluated.
+    this call evaluated (never more than the plan's budget for a sampling method).
     """
-    spec = spec or ValuationSpec()
     if m is not None:
         m = _check_players(m)
-    game = as_game(utility, m)
-    result = make_estimator(game.m, spec).run(game)
-    if spec.method == "auto":
-        costs = plan(game.m, spec)
-        result = dataclasses.replace(result, extra={**result.extra, "requested": "auto", "plan": costs})
-    return result
+    return run_spec(as_game(utility, m), spec or ValuationSpec())
+
+
+__all__ = ["SAMPLING_METHODS", "Plan", "make_estimator", "plan", "plan_game", "run_spec", "shapley_values"]

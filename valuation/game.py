@@ -59,6 +59,30 @@ class Game:
     def _evaluate(self, members: BoolMatrix) -> FloatArray:
         raise NotImplementedError
 
+    def prepare(self) -> None:
+        """Do the game's one-off set-up now (e.g. a round game's per-round precomputation), so that timing
+        a batch of evaluations measures the cost per coalition only. The base game has none."""
+
+    def evaluate_uncached(self, members: BoolMatrix) -> FloatArray:
+        """Utilities of `members` computed afresh, neither read from nor added to the cache (to time
+        the game without changing what an estimator will find cached)."""
+        return np.asarray(self._evaluate(np.asarray(members, dtype=bool)), dtype=np.float64)
+
+    def new_rows(self, members: BoolMatrix) -> npt.NDArray[np.bool_]:
+        """Per row: True where the coalition is not cached and is its first occurrence in `members`,
+        i.e. the rows that evaluating `members` would count as new distinct evaluations."""
+        members = np.asarray(members, dtype=bool)
+        if members.ndim != 2 or members.shape[1] != self.m:
+            raise ValueError(f"membership matrix must have shape (B, {self.m}), got {members.shape}")
+        fresh = np.zeros(members.shape[0], dtype=bool)
+        seen: set[bytes] = set()
+        for k, row in enumerate(np.packbits(members, axis=1)):
+            key = row.tobytes()
+            if key not in self._cache and key not in seen:
+                seen.add(key)
+                fresh[k] = True
+        return fresh
+
     def utilities(self, members: BoolMatrix) -> FloatArray:
         """Utilities of the coalitions in the rows of `members` (shape (B, m)), memoized."""
         members = np.asarray(members, dtype=bool)

@@ -8,8 +8,17 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from fedsv.valuation.budget import EvaluationBudget, check_budget
 from fedsv.valuation.game import Game
-from fedsv.valuation.permutation import RunningMoments, check_accuracy, check_count, single_player_result
+from fedsv.valuation.permutation import (
+    BUDGETED_BATCH,
+    MAX_BUDGETED_SAMPLES,
+    STALL_BATCHES,
+    RunningMoments,
+    check_accuracy,
+    check_count,
+    single_player_result,
+)
 from fedsv.valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
@@ -66,6 +75,14 @@ class GroupTesting:
     """Shapley values from group tests: unbiased pairwise differences plus the efficiency constraint.
 
     s_i = (U(N) - U(empty))/m + Z/(m T) sum_t B_t (m beta_ti - k_t), exactly efficient by construction.
+
+    How many tests: without `budget`, `tests` if given, else the Bernstein count group_testing_budget()
+    for the (eps, delta) target. With `budget` (distinct evaluations, including U(empty) and U(all)),
+    tests are drawn in batches and admitted in order while their new distinct coalitions fit the
+    budget (EvaluationBudget.fit), so `result.evaluations <= budget` always; sampling stops at the first
+    test that does not fit, after `tests` (if given, else MAX_BUDGETED_SAMPLES) tests, or after
+    STALL_BATCHES batches in a row without a new coalition. With no test at all every player gets
+    (U(N) - U(empty)) / m.
     """
 
     method = "group_testing"
@@ -77,39 +94,62 @@ class GroupTesting:
         utility_range: float = 1.0,
         tests: int | None = None,
         seed: int = 0,
+        *,
+        budget: int | None = None,
     ) -> None:
         check_accuracy(eps, delta, utility_range)
         self.eps, self.delta, self.utility_range = float(eps), float(delta), float(utility_range)
         self.tests = check_count(tests, "tests")
+        self.budget = check_budget(budget)
         self.seed = seed
 
-    def budget(self, m: int) -> int:
-        """Tests drawn for a game of m players."""
+    def tests_count(self, m: int) -> int:
+        """Tests drawn for a game of m players without a budget (with one: the most drawn)."""
         if m == 1:
             return 0
         if self.tests is not None:
             return self.tests
+        if self.budget is not None:
+            return MAX_BUDGETED_SAMPLES
         return group_testing_budget(m, self.eps, self.delta, self.utility_range)
 
     def run(self, game: Game) -> ValuationResult:
         m = game.m
         before = game.evaluations
-        empty, grand = game.empty_and_grand()
+        budget = None if self.budget is None else EvaluationBudget(game, self.budget)
+        ends = np.zeros((2, m), dtype=bool)
+        ends[1] = True
+        empty, grand = (game.utilities(ends) if budget is None else budget.utilities(ends)).tolist()
         extra = {"eps": self.eps, "delta": self.delta, "utility_range": self.utility_range}
+        if self.budget is not None:
+            extra["budget"] = self.budget
         if m == 1:
             return single_player_result(game, self.method, before, extra)
-        t_total = self.budget(m)
         z = harmonic_z(m)
         rng = np.random.default_rng(self.seed)
         stats = RunningMoments(m)
+        total = self.tests_count(m)
         per_batch = max(1, _MAX_BATCH_CELLS // m)
-        for start in range(0, t_total, per_batch):
-            count = min(per_batch, t_total - start)
+        stalled = 0
+        while stats.count < total and stalled < STALL_BATCHES:
+            count = min(per_batch, total - stats.count)
+            if budget is not None:
+                count = min(count, max(BUDGETED_BATCH, budget.remaining))
             sizes, members = draw_tests(m, count, rng)
-            centred = game.utilities(members) - empty  # B_t
-            stats.add(z * centred[:, None] * (members - sizes[:, None] / m))  # Y_ti
+            used = game.evaluations
+            fits = count if budget is None else budget.fit(members)
+            if fits:
+                utilities = (
+                    game.utilities(members[:fits]) if budget is None else budget.utilities(members[:fits])
+                )
+                centred = utilities - empty  # B_t
+                stats.add(z * centred[:, None] * (members[:fits] - sizes[:fits, None] / m))  # Y_ti
+            if fits < count:
+                break  # the next test's coalition overruns the budget
+            if budget is not None:
+                stalled = stalled + 1 if game.evaluations == used else 0
         values = (grand - empty) / m + stats.mean
-        logger.debug("group testing: %d tests of %d players", t_total, m)
+        logger.debug("group testing: %d tests of %d players", stats.count, m)
         return ValuationResult(
             values=values,
             evaluations=game.evaluations - before,
@@ -117,6 +157,6 @@ class GroupTesting:
             stderr=stats.stderr(),
             utility_empty=empty,
             utility_grand=grand,
-            samples=t_total,
+            samples=stats.count,
             extra=extra,
         )

@@ -1,4 +1,5 @@
-"""Permutation-sampling Shapley estimator: the paper's Algorithm 2, corrected, with a Hoeffding budget."""
+"""Permutation-sampling Shapley estimator: the paper's Algorithm 2, corrected, with balanced first
+positions and either a Hoeffding count of permutations or a hard budget of distinct evaluations."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from fedsv.valuation.budget import EvaluationBudget, check_budget
 from fedsv.valuation.game import BoolMatrix, Game
 from fedsv.valuation.result import ValuationResult
 
@@ -15,6 +17,19 @@ logger = logging.getLogger(__name__)
 
 _MAX_BATCH_CELLS = 2**26
 """Membership cells (rows * m) built and evaluated per batch; larger plans are split into a few batches."""
+
+MAX_BUDGETED_SAMPLES = 100_000
+"""With an evaluation budget, at most this many permutations (or group tests) are drawn. Samples whose
+coalitions are all cached cost no evaluation, so without a cap a budget >= 2^m would never run out."""
+
+STALL_BATCHES = 50
+"""With an evaluation budget, sampling also stops after this many consecutive batches (each at least
+BUDGETED_BATCH samples) that evaluated no new coalition: the game is then cached wherever sampling goes,
+and more samples only refine the average of known utilities (at least 12,800 of them were already free)."""
+
+BUDGETED_BATCH = 256
+"""With an evaluation budget, the fewest samples drawn per batch (more when the remaining budget could
+pay for more): only the leading ones that fit are used, so the batch size changes speed, not results."""
 
 
 def check_accuracy(eps: float, delta: float, utility_range: float) -> None:
@@ -54,6 +69,45 @@ def prefix_rows(perms: npt.NDArray[np.int64]) -> BoolMatrix:
     position = np.argsort(perms, axis=1)  # position[t, j] = where player j stands in permutation t
     rows = position[:, None, :] <= np.arange(m)[None, :, None]  # (T, m prefixes, m players)
     return rows.reshape(t * m, m)
+
+
+def balanced_permutations(count: int, m: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
+    """`count` random permutations of players 0..m-1 (rows), with every player first equally often.
+
+    Rows come in blocks of m: the first players of a block are a random ordering of all m players
+    (a partial last block takes its first players without replacement), the rest of each row is
+    uniformly random. Each player stands first count // m or count // m + 1 times, and every row on
+    its own is a uniformly random permutation, so the permutation estimator stays unbiased while the
+    variance from uneven first positions (the largest marginals, U({i}) - U(empty)) is gone. Any
+    leading rows of the result keep both properties; consecutive calls with counts that are multiples
+    of m continue the blocks.
+    """
+    if count < 0 or m < 1:
+        raise ValueError(f"need count >= 0 and m >= 1, got count={count}, m={m}")
+    blocks = -(-count // m)
+    firsts = rng.permuted(np.tile(np.arange(m), (blocks, 1)), axis=1).reshape(-1)[:count]
+    keys = rng.random((count, m))
+    keys[np.arange(count), firsts] = -1.0  # the chosen first player sorts first, the rest by random keys
+    return np.argsort(keys, axis=1).astype(np.int64)
+
+
+def credited_marginals(
+    utilities: npt.NDArray[np.float64], perms: npt.NDArray[np.int64], empty: float
+) -> npt.NDArray[np.float64]:
+    """Per-permutation marginals credited to players: utilities (T, m) of each permutation's prefixes
+    of sizes 1..m; result[t, j] is player j's marginal in permutation t (every permutation starts
+    from U(empty))."""
+    count = perms.shape[0]
+    previous = np.concatenate([np.full((count, 1), empty), utilities[:, :-1]], axis=1)
+    marginals = utilities - previous  # marginals[t, i] belongs to player perms[t, i]
+    credited = np.empty_like(marginals)
+    np.put_along_axis(credited, perms, marginals, axis=1)
+    return credited
+
+
+def round_up(value: int, step: int) -> int:
+    """The smallest multiple of `step` that is >= value."""
+    return -(-value // step) * step
 
 
 def single_player_result(game: Game, method: str, before: int, extra: dict[str, float]) -> ValuationResult:
@@ -102,8 +156,20 @@ class PermutationSampling:
     """Monte-Carlo Shapley values from random permutations (Algorithm 2, corrected).
 
     Every permutation starts from U(empty), and the marginal of the i-th prefix is credited to the
-    player standing at position i. All T*m prefixes are evaluated in batches through the game's
-    cache, so the distinct evaluations never exceed 2^m.
+    player standing at position i. Permutations are balanced (balanced_permutations(): every player
+    first equally often). All prefixes are evaluated in batches through the game's cache, so the
+    distinct evaluations never exceed 2^m.
+
+    How many permutations:
+    - without `budget`: `permutations` if given, else the Hoeffding count permutation_budget() for
+      the (eps, delta) target.
+    - with `budget` (distinct evaluations, including U(empty) and U(all)): permutations are drawn in
+      batches and admitted whole, in order, while their prefixes' new distinct coalitions fit the
+      budget (EvaluationBudget.fit_groups), so `result.evaluations <= budget` always; sampling stops
+      at the first permutation that does not fit, after `permutations` (if given, else
+      MAX_BUDGETED_SAMPLES) permutations, or after STALL_BATCHES batches in a row without a new
+      coalition. If not even one permutation fits, every player gets (U(all) - U(empty)) / m with a
+      NaN standard error and `samples == 0`.
     """
 
     method = "permutation"
@@ -115,40 +181,49 @@ class PermutationSampling:
         utility_range: float = 1.0,
         permutations: int | None = None,
         seed: int = 0,
+        *,
+        budget: int | None = None,
     ) -> None:
         check_accuracy(eps, delta, utility_range)
         self.eps, self.delta, self.utility_range = float(eps), float(delta), float(utility_range)
         self.permutations = check_count(permutations, "permutations")
+        self.budget = check_budget(budget)
         self.seed = seed
 
-    def budget(self, m: int) -> int:
-        """Permutations drawn for a game of m players."""
+    def permutation_count(self, m: int) -> int:
+        """Permutations drawn for a game of m players without a budget (with one: the most drawn)."""
         if self.permutations is not None:
             return self.permutations
+        if self.budget is not None:
+            return MAX_BUDGETED_SAMPLES
         return permutation_budget(m, self.eps, self.delta, self.utility_range)
 
     def run(self, game: Game) -> ValuationResult:
         m = game.m
         before = game.evaluations
-        empty, grand = game.empty_and_grand()
+        budget = None if self.budget is None else EvaluationBudget(game, self.budget)
+        ends = np.zeros((2, m), dtype=bool)
+        ends[1] = True
+        empty, grand = (game.utilities(ends) if budget is None else budget.utilities(ends)).tolist()
         extra = {"eps": self.eps, "delta": self.delta, "utility_range": self.utility_range}
+        if self.budget is not None:
+            extra["budget"] = self.budget
         if m == 1:
             return single_player_result(game, self.method, before, extra)
-        t_total = self.budget(m)
         rng = np.random.default_rng(self.seed)
         stats = RunningMoments(m)
-        per_batch = max(1, _MAX_BATCH_CELLS // (m * m))
-        for start in range(0, t_total, per_batch):
-            count = min(per_batch, t_total - start)
-            perms = rng.permuted(np.tile(np.arange(m), (count, 1)), axis=1)
-            utilities = game.utilities(prefix_rows(perms)).reshape(count, m)
-            previous = np.concatenate([np.full((count, 1), empty), utilities[:, :-1]], axis=1)
-            marginals = utilities - previous  # marginals[t, i] belongs to player perms[t, i]
-            credited = np.empty_like(marginals)
-            np.put_along_axis(credited, perms, marginals, axis=1)  # credited[t, j]: player j's marginal
-            stats.add(credited)
-        values, stderr = stats.mean, stats.stderr()
-        logger.debug("permutation sampling: %d permutations of %d players", t_total, m)
+        if budget is None:
+            self._run_counted(game, self.permutation_count(m), rng, stats, empty)
+        else:
+            self._run_budgeted(budget, self.permutation_count(m), rng, stats, empty)
+        if stats.count:
+            values, stderr = stats.mean, stats.stderr()
+        else:
+            logger.warning(
+                "permutation sampling: budget %s pays for no permutation of %d players", self.budget, m
+            )
+            values, stderr = np.full(m, (grand - empty) / m), np.full(m, np.nan)
+        logger.debug("permutation sampling: %d permutations of %d players", stats.count, m)
         return ValuationResult(
             values=values,
             evaluations=game.evaluations - before,
@@ -156,6 +231,37 @@ class PermutationSampling:
             stderr=stderr,
             utility_empty=empty,
             utility_grand=grand,
-            samples=t_total,
+            samples=stats.count,
             extra=extra,
         )
+
+    @staticmethod
+    def _run_counted(
+        game: Game, total: int, rng: np.random.Generator, stats: RunningMoments, empty: float
+    ) -> None:
+        m = game.m
+        per_batch = max(m, _MAX_BATCH_CELLS // (m * m) // m * m)  # whole blocks keep batches balanced
+        for start in range(0, total, per_batch):
+            perms = balanced_permutations(min(per_batch, total - start), m, rng)
+            utilities = game.utilities(prefix_rows(perms)).reshape(perms.shape[0], m)
+            stats.add(credited_marginals(utilities, perms, empty))
+
+    @staticmethod
+    def _run_budgeted(
+        budget: EvaluationBudget, limit: int, rng: np.random.Generator, stats: RunningMoments, empty: float
+    ) -> None:
+        m = budget.game.m
+        cap = max(m, _MAX_BATCH_CELLS // (m * m) // m * m)
+        stalled = 0
+        while stats.count < limit and stalled < STALL_BATCHES:
+            wanted = round_up(max(BUDGETED_BATCH, -(-budget.remaining // (m - 1))), m)
+            perms = balanced_permutations(min(wanted, cap, limit - stats.count), m, rng)
+            rows = prefix_rows(perms)
+            fits = budget.fit_groups(rows, m)
+            used = budget.used
+            if fits:
+                utilities = budget.utilities(rows[: fits * m]).reshape(fits, m)
+                stats.add(credited_marginals(utilities, perms[:fits], empty))
+            if fits < perms.shape[0]:
+                break  # the next permutation's new coalitions overrun the budget
+            stalled = stalled + 1 if budget.used == used else 0

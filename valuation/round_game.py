@@ -300,19 +300,29 @@ class RoundGame(Game):
         with self._autocast():
             return vmap(run_head)(state, h)
 
-    def _evaluate_fast(self, coeffs: Tensor) -> Tensor:
+    def _fast_chunking(self) -> tuple[int, int]:
+        """(validation samples per stem chunk, coalitions per head batch) of mode "fast"."""
         head = self._split_or_fail().head
-        totals = torch.zeros(coeffs.shape[0], dtype=torch.float64, device=self.device)
-        y = self.inputs.y_val
         features = self._stem_floats()
         if any(isinstance(layer, nn.Conv2d) for layer in head.modules()):
             # Convolutions run one coalition at a time (see stacked_head): big sample chunks, few coalitions.
             chunk = max(1, min(self.inputs.num_samples, self._budget_floats // (8 * features * (self.m + 1))))
-            batch = 4
-        else:
-            # Matmul heads: keep a batch's activations cache-sized.
-            chunk = max(1, min(self.inputs.num_samples, self._working_set // (16 * features)))
-            batch = max(1, min(256, self._working_set // (chunk * features)))
+            return chunk, 4
+        # Matmul heads: keep a batch's activations cache-sized.
+        chunk = max(1, min(self.inputs.num_samples, self._working_set // (16 * features)))
+        return chunk, max(1, min(256, self._working_set // (chunk * features)))
+
+    def prepare(self) -> None:
+        """Compute the round's stem outputs now (mode "fast", when they fit the memory budget)."""
+        if self.mode == "fast" and self._stem_cache is None:
+            with self._computing():
+                for _ in self._stem_chunks(self._fast_chunking()[0]):
+                    pass
+
+    def _evaluate_fast(self, coeffs: Tensor) -> Tensor:
+        totals = torch.zeros(coeffs.shape[0], dtype=torch.float64, device=self.device)
+        y = self.inputs.y_val
+        chunk, batch = self._fast_chunking()
         for start, base, per_delta in self._stem_chunks(chunk):
             n_c = base.shape[0]
             for b0 in range(0, coeffs.shape[0], batch):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.api import make_estimator
+from fedsv.valuation.api import Plan, make_estimator, plan_game
 from fedsv.valuation.game import Game
 from fedsv.valuation.loo import LeaveOneOut
 from fedsv.valuation.spec import ValuationSpec
@@ -66,15 +66,27 @@ def normalized(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 
 
 def value_round(
-    game: Game, participant_ids: Sequence[str], round: int, spec: ValuationSpec | None = None
+    game: Game,
+    participant_ids: Sequence[str],
+    round: int,
+    spec: ValuationSpec | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
 ) -> RoundValues:
-    """Run the chosen Shapley estimator and leave-one-out on one round's game (shared cache), timed."""
+    """Run the planned Shapley estimator and leave-one-out on one round's game (shared cache), timed.
+
+    on_plan sees the plan (method and evaluation budget, measured on the game when the spec has a time
+    budget) before the estimator runs: a caller that keeps it can value the round again identically.
+    """
     ids = list(participant_ids)
     if len(ids) != game.m:
         raise ValueError(f"round {round}: {len(ids)} participant ids for a game of {game.m} players")
+    spec = spec or ValuationSpec()
     before = game.evaluations
     start = time.perf_counter()
-    result = make_estimator(game.m, spec or ValuationSpec()).run(game)
+    chosen = plan_game(game, spec)
+    if on_plan is not None:
+        on_plan(chosen)
+    result = make_estimator(chosen, spec).run(game)
     loo = LeaveOneOut().run(game)
     seconds = time.perf_counter() - start
     rv = RoundValues(
@@ -113,12 +125,17 @@ class FederatedValuation:
         self._rounds[rv.round] = rv
 
     def value_round(
-        self, game: Game, participant_ids: Sequence[str], round: int, spec: ValuationSpec | None = None
+        self,
+        game: Game,
+        participant_ids: Sequence[str],
+        round: int,
+        spec: ValuationSpec | None = None,
+        on_plan: Callable[[Plan], None] | None = None,
     ) -> RoundValues:
         """Compute one round's values (see value_round()), record them and return them."""
         if round in self._rounds:
             raise ValueError(f"round {round} already recorded")
-        rv = value_round(game, participant_ids, round, spec)
+        rv = value_round(game, participant_ids, round, spec, on_plan)
         self.add_round(rv)
         return rv
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
 
-from fedsv.valuation import CallableGame, Game, plan, shapley_values
-from fedsv.valuation.spec import METHODS, ValuationSpec
+from fedsv.valuation import CallableGame, Game, Plan, plan, shapley_values
+from fedsv.valuation.api import AUTO_SAMPLER
+from fedsv.valuation.spec import METHODS, SAMPLING_METHODS, ValuationSpec
 from tests.support.games import additive
 
 WEIGHTS = [0.05, 0.1, 0.2, 0.15, 0.0, 0.3]
@@ -36,14 +38,15 @@ def test_every_method_on_a_frozenset_callable(method: str) -> None:
     assert isinstance(result.values, np.ndarray) and result.values.shape == (counted.m,)
     assert result.evaluations == counted.calls == len(counted.seen)
     if method == "auto":
-        assert result.method == "exact" and result.extra["plan"]["exact"] == 2**counted.m
+        assert result.method == "exact" and result.extra["plan"]["evaluations"] == 2**counted.m
     else:
         assert result.method == method
     if result.method in ("exact", "loo", "random"):
         assert result.stderr is None
     else:
         assert result.stderr is not None and result.stderr.shape == (counted.m,)
-        assert np.all(np.isfinite(result.stderr)) and result.samples > 0
+        assert np.all(np.isfinite(result.stderr))
+        assert result.samples > 0 or result.evaluations == 2**counted.m  # the border was the whole game
     if method == "random":
         assert result.evaluations == 0
     else:
@@ -62,26 +65,86 @@ def test_a_game_needs_no_m() -> None:
 
 @pytest.mark.parametrize(("m", "expected"), [(1, "exact"), (5, "exact"), (10, "exact")])
 def test_auto_picks_exact_for_small_games(m: int, expected: str) -> None:
-    costs = plan(m, ValuationSpec(eps=0.05, delta=0.05, utility_range=1.0, max_exact_players=20))
-    assert costs["exact"] == 2**m
+    chosen = plan(m, ValuationSpec(eps=0.05, delta=0.05, utility_range=1.0, max_exact_players=20))
+    assert (chosen.method, chosen.evaluations) == ("exact", 2**m)
     assert shapley_values(additive([0.01] * m)[0], m).method == expected
 
 
-def test_auto_picks_sampling_for_30_players() -> None:
+def test_auto_samples_30_players_within_the_planned_budget() -> None:
     utility, m, weights = additive(list(np.linspace(0.0, 1.0 / 15, 30)))
-    costs = plan(m)
-    assert "exact" not in costs
-    result = shapley_values(utility, m, spec=ValuationSpec(method="auto"))
-    assert result.method == min(costs, key=lambda k: costs[k]) == "group_testing"
-    assert result.evaluations <= costs["group_testing"]
-    assert np.max(np.abs(result.values - weights)) <= 0.05
+    chosen = plan(m)
+    assert chosen.method == AUTO_SAMPLER
+    result = shapley_values(utility, m, spec=ValuationSpec(method="auto", budget=2_000))
+    assert result.method == AUTO_SAMPLER
+    assert result.evaluations <= 2_000
+    assert np.max(np.abs(result.values - weights)) <= 1e-6  # an additive game is in every surrogate
 
 
-def test_plan_costs() -> None:
-    costs = plan(20, ValuationSpec(eps=0.05, delta=0.05, utility_range=1.0, max_exact_players=20))
-    assert costs == {"exact": 2**20, "permutation": 2 + 5348 * 19, "group_testing": 37315}
-    assert plan(3) == {"exact": 8, "permutation": 8, "group_testing": 8}
-    assert set(plan(21)) == {"permutation", "group_testing"}
+def test_plan_budgets() -> None:
+    spec = ValuationSpec(eps=0.05, delta=0.05, utility_range=1.0, max_exact_players=20)
+    # without a budget, the Hoeffding budget of permutation sampling: 5348 permutations of 19 new prefixes
+    assert plan(20, spec) == Plan(20, "auto", AUTO_SAMPLER, 2 + 5348 * 19)
+    assert plan(3).method == "exact" and plan(3).evaluations == 8
+    assert plan(21, ValuationSpec(budget=10**9)).method == AUTO_SAMPLER  # beyond max_exact_players
+    assert plan(12, ValuationSpec(budget=4096)).method == "exact"
+    assert plan(12, ValuationSpec(budget=4095)) == Plan(12, "auto", AUTO_SAMPLER, 4095)
+    assert plan(12, ValuationSpec(method="svarm", budget=10)).evaluations == 26  # the border is the floor
+    assert plan(12, ValuationSpec(method="loo")).evaluations == 14
+
+
+def test_a_time_budget_caps_evaluations_by_the_measured_cost() -> None:
+    spec = ValuationSpec(budget_seconds=1.0)
+    assert plan(12, spec, seconds_per_evaluation=1e-3) == Plan(12, "auto", AUTO_SAMPLER, 1000, 1e-3)
+    assert plan(12, spec, seconds_per_evaluation=1e-4).method == "exact"  # 4096 x 0.1 ms fit in 1 s
+    assert plan(12, spec, seconds_per_evaluation=1.0).evaluations == 26  # never below the border
+
+
+class Slow(Game):
+    """An additive game whose every batch takes at least `seconds` per coalition (sleeps)."""
+
+    def __init__(self, m: int, seconds: float) -> None:
+        super().__init__(m)
+        self.seconds = seconds
+
+    def _evaluate(self, members: np.ndarray) -> np.ndarray:
+        time.sleep(self.seconds * members.shape[0])
+        return members.sum(axis=1) / self.m
+
+
+def test_the_time_budget_is_measured_on_the_game() -> None:
+    # 2^12 coalitions at >= 5 ms each take >= 20 s, far beyond a 0.2 s budget on any machine
+    slow = Slow(12, 0.005)
+    result = shapley_values(slow, spec=ValuationSpec(budget_seconds=0.2))
+    chosen = result.extra["plan"]
+    assert result.method == AUTO_SAMPLER and chosen["seconds_per_evaluation"] >= 0.005
+    assert 26 <= result.evaluations <= chosen["evaluations"] <= 40
+    # a table-lookup game: 64 coalitions fit 30 s however loaded the machine is
+    fast = CallableGame(additive(WEIGHTS)[0], len(WEIGHTS))
+    assert shapley_values(fast, spec=ValuationSpec(budget_seconds=30.0)).method == "exact"
+
+
+@pytest.mark.parametrize("method", SAMPLING_METHODS)
+def test_a_replayed_plan_gives_the_same_values(method: str) -> None:
+    utility, m, _ = additive([0.3, 0.1, 0.5, 0.2, 0.4, 0.05, 0.25, 0.15])
+    noisy = lambda s: utility(s) + 0.1 * math.sin(len(s) * sum(s))  # noqa: E731  (not additive)
+    spec = ValuationSpec(method=method, budget_seconds=0.5, seed=3)
+    first = shapley_values(noisy, m, spec=spec)
+    chosen = Plan.from_dict(first.extra["plan"])
+    again = shapley_values(noisy, m, spec=chosen.replay(spec))
+    np.testing.assert_array_equal(first.values, again.values)
+    assert again.extra["plan"]["seconds_per_evaluation"] is None
+
+
+@pytest.mark.parametrize("method", SAMPLING_METHODS)
+@pytest.mark.parametrize(("m", "budget"), [(5, 12), (9, 20), (9, 100), (12, 300), (7, 500)])
+def test_sampling_never_exceeds_the_budget(method: str, m: int, budget: int) -> None:
+    utility, _, _ = additive(list(np.linspace(0.1, 0.5, m)))
+    noisy = lambda s: utility(s) + 0.05 * math.cos(3 * len(s) + sum(s))  # noqa: E731
+    spec = ValuationSpec(method=method, budget=budget, seed=1)
+    result = shapley_values(noisy, m, spec=spec)
+    assert result.method == method
+    assert result.evaluations <= max(budget, 2 * m + 2)
+    assert result.values.shape == (m,) and np.all(np.isfinite(result.values))
 
 
 @pytest.mark.parametrize("method", ["permutation", "group_testing", "random"])
@@ -105,6 +168,12 @@ def test_bad_inputs_raise_value_error() -> None:
         {"delta": 1.0},
         {"utility_range": 0.0},
         {"method": "shapley"},
+        {"budget": 1},
+        {"budget": 2.5},
+        {"budget": True},
+        {"budget_seconds": 0.0},
+        {"budget_seconds": -1.0},
+        {"budget_seconds": math.nan},
     ]
     for kwargs in bad:
         with pytest.raises(ValueError):
