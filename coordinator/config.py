@@ -11,8 +11,13 @@ from fedsv.common.ranks import parse_ranks
 from fedsv.common.task import LoadedTask
 from fedsv.common.task_data import SimulationSettings, run_task
 from fedsv.valuation import ValuationSpec
+from fedsv.valuation.spec import SHAPLEY_METHODS
 
-VALUATION_METHODS = ("auto", "exact", "permutation", "group_testing", "loo", "none")
+VALUATION_METHODS = ("auto", *SHAPLEY_METHODS, "loo", "none")
+
+DEFAULT_BUDGET_SECONDS = 0.25
+"""Valuation time per round: below a participant's local training time at the demo's settings
+(about 0.2-0.3 s on 2 cores), so that valuation does not set the federation's pace."""
 
 
 @dataclass(frozen=True)
@@ -43,9 +48,21 @@ class RunConfig:
     batch_size: int = field(default=10, metadata={"help": "local batch size"})
     lr: float = field(default=0.05, metadata={"help": "local learning rate"})
     validation_size: int = field(default=1000, metadata={"help": "validation samples for the utility"})
-    valuation: str = field(default="auto", metadata={"help": "auto|exact|permutation|group_testing|loo|none"})
-    eps: float = field(default=0.05, metadata={"help": "valuation accuracy epsilon"})
+    valuation: str = field(default="auto", metadata={"help": "|".join(VALUATION_METHODS)})
+    eps: float = field(default=0.05, metadata={"help": "valuation accuracy epsilon (without a budget)"})
     delta: float = field(default=0.05, metadata={"help": "valuation failure probability delta"})
+    valuation_budget: int = field(
+        default=0,
+        metadata={"help": "distinct utility evaluations per round for sampling (0 = from eps, delta)"},
+    )
+    valuation_budget_seconds: float = field(
+        default=DEFAULT_BUDGET_SECONDS,
+        metadata={
+            "help": "valuation time per round, measured on the round's own game: auto is exact only if "
+            "2^m evaluations fit, else samples what fits (0 = no time budget; values then do not "
+            "depend on the machine)"
+        },
+    )
     corrupt: str = field(
         default="", metadata={"help": "per-rank corruptions, e.g. '0-3=flip:0.1;7=backdoor'"}
     )
@@ -63,6 +80,13 @@ class RunConfig:
             raise ValueError(f"rounds must be at least 1, got {self.rounds}")
         if self.valuation not in VALUATION_METHODS:
             raise ValueError(f"valuation must be one of {list(VALUATION_METHODS)}, got {self.valuation!r}")
+        if self.valuation_budget != 0 and self.valuation_budget < 2:
+            raise ValueError(
+                f"valuation_budget must be 0 or at least 2 evaluations, got {self.valuation_budget}"
+            )
+        seconds = self.valuation_budget_seconds
+        if not 0 <= seconds < float("inf"):
+            raise ValueError(f"valuation_budget_seconds must be 0 or a positive number, got {seconds}")
         self.corruptions()  # validates the spec
         self.schedule()  # validates the selection
         if self.task.strip() and not self.validation_data.strip():
@@ -134,7 +158,12 @@ class RunConfig:
         if self.valuation == "none":
             return None
         return ValuationSpec(
-            method=self.valuation, eps=self.eps, delta=self.delta, seed=self.seed + round_number
+            method=self.valuation,
+            eps=self.eps,
+            delta=self.delta,
+            seed=self.seed + round_number,
+            budget=self.valuation_budget or None,
+            budget_seconds=self.valuation_budget_seconds or None,
         )
 
     def to_dict(self) -> dict[str, Any]:

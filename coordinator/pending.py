@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +12,7 @@ import torch
 from torch import Tensor
 
 from fedsv.common.round_step import ClientUpdate
+from fedsv.valuation.api import Plan
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,35 @@ class PendingStore:
     def path(self, number: int) -> Path:
         return self.directory / f"round-{number:06d}.pt"
 
+    def plan_path(self, number: int) -> Path:
+        return self.directory / f"round-{number:06d}.plan.json"
+
+    def save_plan(self, number: int, plan: Plan) -> None:
+        """Keep the round's valuation plan (its method and evaluation budget, which a time budget makes
+        depend on the machine) so that valuing the round again after a restart gives the same values."""
+        self._write(self.plan_path(number), json.dumps(plan.to_dict()).encode())
+
+    def load_plan(self, number: int) -> Plan | None:
+        """The plan save_plan kept for round `number`, or None (none kept, or unreadable: plan anew)."""
+        try:
+            return Plan.from_dict(json.loads(self.plan_path(number).read_text()))
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    def _write(self, target: Path, data: bytes) -> None:
+        """Write atomically and fsync (file and folder)."""
+        tmp = target.with_suffix(".tmp")
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(target)
+        descriptor = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
     def save(self, pending: PendingRound) -> None:
         """Write atomically and fsync (file and folder): on disk before the ledger says "pending"."""
         blob = {
@@ -45,18 +77,9 @@ class PendingStore:
                 for u in pending.updates
             ],
         }
-        target = self.path(pending.round)
-        tmp = target.with_suffix(".tmp")
-        with open(tmp, "wb") as handle:
-            torch.save(blob, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        tmp.replace(target)
-        descriptor = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+        buffer = io.BytesIO()
+        torch.save(blob, buffer)
+        self._write(self.path(pending.round), buffer.getvalue())
 
     def load(self, number: int) -> PendingRound:
         """The inputs of round `number`; ValueError when the file is missing or not of that round."""
@@ -74,10 +97,11 @@ class PendingStore:
 
     def remove(self, number: int) -> None:
         self.path(number).unlink(missing_ok=True)
+        self.plan_path(number).unlink(missing_ok=True)
 
     def prune(self, keep: set[int]) -> None:
         """Delete the files of rounds not in `keep` (rounds valued already, or never committed)."""
-        for path in self.directory.glob("round-*.pt"):
-            number = int(path.stem.split("-")[1])
+        for path in [*self.directory.glob("round-*.pt"), *self.directory.glob("round-*.plan.json")]:
+            number = int(path.name.split("-")[1].split(".")[0])
             if number not in keep:
                 path.unlink(missing_ok=True)

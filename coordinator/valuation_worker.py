@@ -107,15 +107,20 @@ class ValuationWorker:
 
     def _value(self, job: PendingRound) -> None:
         started = time.time()
+        spec = self._spec_of(job.round)
+        kept = self._store.load_plan(job.round)
+        if spec is not None and kept is not None:  # valued before a restart: the same plan, the same values
+            spec = kept.replay(spec)
         values = value_updates(
             self._model,
             job.params,
             job.updates,
             self._validation,
             job.round,
-            self._spec_of(job.round),
+            spec,
             self._accounting,
             self._game_settings,
+            on_plan=None if kept is not None else (lambda plan: self._store.save_plan(job.round, plan)),
         )
         self._ledger.commit_values(job.round, value_rows(values), valuation_summary(values, time.time()))
         self._store.remove(job.round)

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from fedsv.common.training import apply_delta, fedavg
 from fedsv.valuation import FederatedValuation, RoundGame, RoundValues, ValuationSpec
+from fedsv.valuation.api import Plan
 
 Metric = str | Callable[[Tensor, Tensor], Tensor]
 """A validation metric: "accuracy", "neg_loss", or (logits, y) -> per-sample scores."""
@@ -98,11 +99,12 @@ def value_updates(
     spec: ValuationSpec | None,
     accounting: FederatedValuation,
     game_settings: GameSettings = GameSettings(),
+    on_plan: Callable[[Plan], None] | None = None,
 ) -> RoundValues:
     """The round's values from w_t and its updates only (spec None: valuation off, utilities only).
 
     The values are recorded in `accounting` unless valuation is off. Valuation needs no message beyond
-    the updates the round already received.
+    the updates the round already received. on_plan: see fedsv.valuation.rounds.value_round.
     """
     ordered = _ordered(updates, number)
     ids = [u.participant for u in ordered]
@@ -123,7 +125,7 @@ def value_updates(
         before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
         zeros = np.zeros(len(ids))
         return RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
-    return accounting.value_round(game, ids, number, spec)
+    return accounting.value_round(game, ids, number, spec, on_plan)
 
 
 def step_round(

@@ -19,7 +19,7 @@ from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.pending import PendingRound, PendingStore
 from fedsv.coordinator.records import PENDING, valuation_summary, value_rows
 from fedsv.coordinator.valuation_worker import ValuationWorker
-from fedsv.valuation import FederatedValuation, ValuationSpec
+from fedsv.valuation import FederatedValuation, Plan, ValuationSpec
 from tests.support.records import CONFIG, make_record, make_rows
 
 PIDS = ["p000", "p001", "p002"]
@@ -140,3 +140,75 @@ def test_the_store_keeps_inputs_exactly_and_prunes_others(tmp_path: Path) -> Non
     store.path(5).write_bytes(b"torn")
     with pytest.raises(ValueError, match="cannot read"):
         store.load(5)
+
+
+def test_a_time_budgeted_round_is_valued_again_with_the_plan_it_had(tmp_path: Path) -> None:
+    """The time budget makes the plan depend on the machine: a restart replays the kept plan instead."""
+    model, validation = build_model("mlp", (1, 28, 28), seed=0), _validation()
+
+    def timed_spec(number: int) -> ValuationSpec:
+        return ValuationSpec(method="auto", seed=number, budget_seconds=60.0)  # would be exact here
+
+    kept = Plan(players=3, requested="auto", method="permutation", evaluations=5, seconds_per_evaluation=0.02)
+    expected = value_updates(
+        model,
+        _round(1).params,
+        _round(1).updates,
+        validation,
+        1,
+        kept.replay(timed_spec(1)),
+        FederatedValuation(),
+    )
+    store = PendingStore(tmp_path / "pending")
+    store.save(_round(1))
+    store.save_plan(1, kept)  # the first coordinator planned round 1, then was killed
+    assert store.load_plan(1) == kept
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        _commit_pending(ledger, 1)
+        worker = ValuationWorker(
+            model,
+            validation,
+            GameSettings(),
+            timed_spec,
+            FederatedValuation(),
+            ledger,
+            CoordinatorMetrics(CollectorRegistry()),
+            store,
+            1,
+        )
+        worker.submit(store.load(1))
+        assert worker.drain(threading.Event()), worker.error
+        worker.close()
+        (record,), rows = ledger.rounds(), ledger.values()
+    assert record.method == "permutation" and record.evaluations == expected.evaluations
+    np.testing.assert_array_equal([r.fedsv for r in rows], expected.fedsv)
+    assert not store.plan_path(1).exists() and not store.path(1).exists()  # dropped with the inputs
+
+
+def test_the_worker_keeps_a_plan_while_it_values_and_a_torn_plan_is_planned_anew(tmp_path: Path) -> None:
+    store = PendingStore(tmp_path)
+    seen: list[Plan | None] = []
+
+    def keep(plan: Plan) -> None:  # what the worker does, then a look at what was kept
+        store.save_plan(number, plan)
+        seen.append(store.load_plan(number))
+
+    model, validation, number = build_model("mlp", (1, 28, 28), seed=0), _validation(), 2
+    pending = _round(number)
+    spec = ValuationSpec(budget_seconds=60.0, seed=number)
+    value_updates(
+        model,
+        pending.params,
+        pending.updates,
+        validation,
+        number,
+        spec,
+        FederatedValuation(),
+        on_plan=keep,
+    )
+    assert seen and seen[0] is not None and seen[0].method == "exact" and seen[0].seconds_per_evaluation
+    store.plan_path(number).write_text("{torn")
+    assert store.load_plan(number) is None
+    store.prune(keep=set())
+    assert not store.plan_path(number).exists()
