@@ -36,6 +36,13 @@ class LaunchConfig:
         },
     )
     processes: int = field(default=0, metadata={"help": "participant processes (0 = min(N, 4))"})
+    threads: int = field(
+        default=0,
+        metadata={
+            "help": "torch threads per process (0 = this machine's CPUs shared among the coordinator "
+            "and the participant processes, at least 1; an OMP_NUM_THREADS already set wins)"
+        },
+    )
     round_timeout: float = field(default=120.0, metadata={"help": "seconds a round waits for updates"})
     metrics_port: int = field(
         default=0, metadata={"help": "coordinator metrics port (0 = ephemeral, -1 = off)"}
@@ -54,6 +61,12 @@ class LaunchConfig:
         default=False,
         metadata={"help": "plaintext gRPC instead of mutual TLS with the certificates in OUT/certs"},
     )
+
+    def __post_init__(self) -> None:
+        for name in ("processes", "threads"):
+            value = getattr(self, name)
+            if value < 0:
+                raise ValueError(f"{name} must be 0 (automatic) or a positive number, got {value}")
 
 
 def _bar(done: int, total: int, width: int = 20) -> str:
@@ -80,8 +93,21 @@ class Launch:
         self.coordinator: subprocess.Popen[bytes] | None = None
         self.participants: list[subprocess.Popen[bytes]] = []
 
+    def threads_per_process(self) -> int:
+        """Torch threads of each process this launch starts: the processes share one machine, and
+        more compute threads than cores make every parallel region spin (tens of times slower)."""
+        if self.launch.threads > 0:
+            return self.launch.threads
+        return max(1, len(os.sched_getaffinity(0)) // (self.participant_processes() + 1))
+
+    def participant_processes(self) -> int:
+        return min(self.launch.processes or min(self.run.participants, 4), self.run.participants)
+
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if "OMP_NUM_THREADS" not in os.environ:
+            threads = str(self.threads_per_process())
+            env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
         with open(self.out / log_name, "ab") as log:  # the child keeps its own copy of the descriptor
             return subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -131,9 +157,9 @@ class Launch:
             logger.info("%s holds the finished run: no participants needed", self.out)
             return grpc_port, metrics_port
         n = self.run.participants
-        processes = self.launch.processes or min(n, 4)
-        for index in range(min(processes, n)):
-            ranks = block_of(index, min(processes, n), n)
+        processes = self.participant_processes()
+        for index in range(processes):
+            ranks = block_of(index, processes, n)
             self.participants.append(
                 self._spawn(
                     [

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from fedsv.coordinator.config import RunConfig
+from fedsv.app.launch import Launch, LaunchConfig
+from fedsv.coordinator.config import DEFAULT_BUDGET_SECONDS, RunConfig
 
 
 def test_selection_parses_every_round_into_sorted_ranks() -> None:
@@ -32,3 +35,31 @@ def test_bad_selection_is_a_clear_error(selection: str, message: str) -> None:
 def test_bad_corruption_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="RANKS=SPEC"):
         RunConfig(participants=6, corrupt="flip:0.1")
+
+
+def test_valuation_budgets_reach_the_spec_and_bad_ones_are_named() -> None:
+    spec = RunConfig(valuation="svarm", valuation_budget=500, valuation_budget_seconds=0).valuation_spec(3)
+    assert spec is not None
+    assert (spec.method, spec.budget, spec.budget_seconds, spec.seed) == ("svarm", 500, None, 3)
+    timed = RunConfig().valuation_spec(1)
+    assert timed is not None and timed.budget is None and timed.budget_seconds == DEFAULT_BUDGET_SECONDS
+    for kwargs, name in [
+        ({"valuation_budget": 1}, "valuation_budget"),
+        ({"valuation_budget": -5}, "valuation_budget"),
+        ({"valuation_budget_seconds": -1.0}, "valuation_budget_seconds"),
+        ({"valuation_budget_seconds": float("nan")}, "valuation_budget_seconds"),
+        ({"valuation_budget_seconds": float("inf")}, "valuation_budget_seconds"),
+        ({"valuation": "shapiq"}, "valuation must be one of"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            RunConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_launch_shares_the_cpus_among_its_processes() -> None:
+    run = RunConfig(participants=20)
+    cpus = len(os.sched_getaffinity(0))
+    assert Launch(run, LaunchConfig(processes=4)).threads_per_process() == max(1, cpus // 5)
+    assert Launch(run, LaunchConfig(processes=4, threads=3)).threads_per_process() == 3
+    assert Launch(RunConfig(participants=2), LaunchConfig()).participant_processes() == 2
+    with pytest.raises(ValueError, match="threads must be 0"):
+        LaunchConfig(threads=-1)
