@@ -1,11 +1,14 @@
 """Per-round latency and bytes of real `fedsv launch` runs: valuation pipelined, inline and off.
 
 Usage: python benchmarks/bench_rounds.py [--participants 50] [--fraction 0.2] [--rounds 5] [--out DIR]
+                                         [--valuation auto]
 
 Runs the paper's setting scaled to the embedded data (m = 10 of N = 50, MLP) three times through the
-real runtime (coordinator + participant processes on loopback), same seed: exact FedSV valued in the
-background while the next round trains (pipelined, the default), exact FedSV valued before the next
-round (inline), and valuation off. Prints one table of per-round phase medians and bytes side by side.
+real runtime (coordinator + participant processes on loopback), same seed: FedSV (--valuation, auto by
+default: exact when it fits the per-round time budget measured on the round's game) valued in the
+background while the next round trains (pipelined, the default), valued before the next round
+(inline), and valuation off. Prints one table of per-round phase medians and bytes side by side,
+and the methods the rounds were valued with.
 """
 
 from __future__ import annotations
@@ -69,23 +72,31 @@ def main() -> int:
     parser.add_argument("--fraction", type=float, default=0.2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default="")
+    parser.add_argument(
+        "--valuation",
+        default="auto",
+        help="method of the pipelined and inline runs (auto: exact if it fits the run's default "
+        "--valuation-budget-seconds on each round's game, else sampling)",
+    )
     args = parser.parse_args()
     print(f"command: {' '.join(sys.argv)}")
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
     base = Path(args.out or tempfile.mkdtemp(prefix="fedsv-bench-rounds-"))
     results: dict[str, dict[str, float]] = {}
     for label, valuation, schedule in (
-        ("pipelined", "exact", "pipelined"),
-        ("inline", "exact", "inline"),
+        ("pipelined", args.valuation, "pipelined"),
+        ("inline", args.valuation, "inline"),
         ("none", "none", "pipelined"),
     ):
         run = RunConfig(
             participants=args.participants, fraction=args.fraction, rounds=args.rounds, valuation=valuation
         )
         print(f"run {label}: valuation={valuation} (m = {run.selected_per_round} of N = {run.participants}):")
+        print(f"  valuation budget {run.valuation_budget_seconds} s per round, measured on each round's game")
         records, wall = run_once(run, base / label, schedule)
         assert all(not r.pending for r in records), "every round has its values when the run ends"
         results[label] = summarize(records)
+        print(f"  methods: {sorted({r.method for r in records})}")
         results[label]["whole run (s)"] = wall
     print()
     columns = f"{'pipelined':>12} {'inline':>12} {'none':>12} {'pipe/none':>10} {'inline/none':>11}"

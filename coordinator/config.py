@@ -10,6 +10,7 @@ from fedsv.common.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR
 from fedsv.common.ranks import parse_ranks
 from fedsv.common.task import LoadedTask
 from fedsv.common.task_data import SimulationSettings, run_task
+from fedsv.common.update_bounds import POLICIES, NormBound
 from fedsv.valuation import ValuationSpec
 from fedsv.valuation.spec import SHAPLEY_METHODS
 
@@ -63,6 +64,17 @@ class RunConfig:
             "depend on the machine)"
         },
     )
+    update_norm_policy: str = field(
+        default="clip",
+        metadata={"help": f"an update whose L2 norm is over the bound: {'|'.join(POLICIES)}"},
+    )
+    update_norm_bound: float = field(
+        default=0.0,
+        metadata={"help": "bound on an update's L2 norm (0 = --update-norm-multiple x the round's median)"},
+    )
+    update_norm_multiple: float = field(
+        default=3.0, metadata={"help": "the adaptive bound, as a multiple of the round's median norm"}
+    )
     corrupt: str = field(
         default="", metadata={"help": "per-rank corruptions, e.g. '0-3=flip:0.1;7=backdoor'"}
     )
@@ -87,6 +99,7 @@ class RunConfig:
         seconds = self.valuation_budget_seconds
         if not 0 <= seconds < float("inf"):
             raise ValueError(f"valuation_budget_seconds must be 0 or a positive number, got {seconds}")
+        self.norm_bound()  # validates the update bound
         self.corruptions()  # validates the spec
         self.schedule()  # validates the selection
         if self.task.strip() and not self.validation_data.strip():
@@ -152,6 +165,10 @@ class RunConfig:
         if self.test_data.strip():
             return self.test_data.strip()
         return "" if self.task.strip() else f"simulated:{self.dataset}"
+
+    def norm_bound(self) -> NormBound:
+        """How the round's updates are bounded before aggregation and valuation."""
+        return NormBound(self.update_norm_policy, self.update_norm_bound, self.update_norm_multiple)
 
     def valuation_spec(self, round_number: int) -> ValuationSpec | None:
         """How round `round_number` is valued (seeded per round); None when valuation is off."""

@@ -24,6 +24,7 @@ from fedsv.common.round_step import (
     train_seed,
 )
 from fedsv.common.training import evaluate, params_of
+from fedsv.common.update_bounds import bound_updates
 from fedsv.common.v1 import fedsv_pb2
 from fedsv.common.wire import encode_tensor_set
 from fedsv.coordinator.config import RunConfig, ServerConfig
@@ -194,7 +195,9 @@ class RoundLoop:
             return "stopped" if self.stop_event.is_set() else f"stopped: no quorum in round {number}"
         closed = self.state.close_round()
         clock.lap("train_wait")
-        updates: list[ClientUpdate] = list(closed.received.values())
+        updates = self._bounded(closed)
+        if not updates:
+            return f"stopped: every update of round {number} was over the norm bound"
         if self.worker is None:  # inline: aggregate and value before the next round
             outcome = step_round(
                 self.model,
@@ -225,6 +228,25 @@ class RoundLoop:
         self.params = new_params
         self.completed = number
         return ""
+
+    def _bounded(self, closed: OpenRound) -> list[ClientUpdate]:
+        """The round's updates after the norm bound; a rejected one no longer counts as received."""
+        bounded = bound_updates(list(closed.received.values()), self.run_config.norm_bound())
+        for pid in bounded.rejected:
+            del closed.received[pid]
+        actions = [(p, "norm_clipped") for p in bounded.clipped]
+        actions += [(p, "norm_rejected") for p in bounded.rejected]
+        for pid, reason in actions:
+            self.metrics.reject(reason)
+            logger.warning(
+                "round %d: %s's update has norm %.4g, over the bound %.4g: %s",
+                closed.round,
+                pid,
+                bounded.norms[pid],
+                bounded.bound,
+                "clipped" if reason == "norm_clipped" else "rejected",
+            )
+        return bounded.updates
 
     def _record(
         self,

@@ -22,6 +22,7 @@ from fedsv.common.round_step import (
 from fedsv.common.task import TrainContext
 from fedsv.common.task_data import evaluation_samples, rank_samples, rank_source
 from fedsv.common.training import evaluate, params_of
+from fedsv.common.update_bounds import bound_updates
 from fedsv.coordinator.config import RunConfig
 from fedsv.valuation import FederatedValuation, RoundValues
 
@@ -96,6 +97,9 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
             delta = task.local_update(model, global_params, samples, context, corruption)
             updates.append(ClientUpdate(participant_id(r), delta, len(samples)))
         spec, game = config.valuation_spec(t), GameSettings(metric=task.metric)
+        updates = bound_updates(updates, config.norm_bound()).updates  # as the coordinator does
+        if not updates:
+            raise ValueError(f"every update of round {t} was over update_norm_bound")
         outcome = step_round(model, global_params, updates, validation, t, spec, accounting, game)
         global_params = outcome.params
         accuracy = math.nan if test is None else evaluate(model, global_params, test.x, test.y)[0]

@@ -1,8 +1,9 @@
-"""Participant corruptions from the paper's studies: random label flipping and a pixel-pattern backdoor."""
+"""Participant corruptions: the paper's label flipping and pixel backdoor, and a scaled (poisoned) delta."""
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -151,14 +152,23 @@ class Corruption:
 
     label_flip_ratio: float = 0.0
     backdoor: PixelBackdoor | None = None
+    delta_scale: float = 1.0  # model poisoning: the participant sends its delta times this
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.label_flip_ratio <= 1.0:
             raise ValueError(f"label_flip_ratio must lie in [0, 1], got {self.label_flip_ratio}")
+        if not math.isfinite(self.delta_scale):
+            raise ValueError(f"delta_scale must be a finite number, got {self.delta_scale}")
 
     @property
     def is_clean(self) -> bool:
-        return self.label_flip_ratio == 0.0 and self.backdoor is None
+        return self.label_flip_ratio == 0.0 and self.backdoor is None and self.delta_scale == 1.0
+
+    def scale_delta(self, delta: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The delta the participant sends: its real one times delta_scale (floating tensors)."""
+        if self.delta_scale == 1.0:
+            return delta
+        return {k: t * self.delta_scale if t.is_floating_point() else t for k, t in delta.items()}
 
     def apply_to_dataset(self, ds: ArrayDataset, seed: int) -> ArrayDataset:
         """The participant's data with label flipping applied (unchanged when label_flip_ratio is 0)."""
@@ -187,6 +197,8 @@ class Corruption:
                 if getattr(b, attr) != getattr(d, attr)
             ]
             parts.append("backdoor" + (":" + ",".join(opts) if opts else ""))
+        if self.delta_scale != 1.0:
+            parts.append(f"scale:{self.delta_scale:g}")
         return "+".join(parts) or "none"
 
 
@@ -218,6 +230,7 @@ def parse_corruption(spec: str) -> Corruption:
         return Corruption()
     ratio = 0.0
     backdoor: PixelBackdoor | None = None
+    factor = 1.0
     for part in text.split("+"):
         kind, _, arg = part.strip().partition(":")
         if kind == "flip":
@@ -231,8 +244,16 @@ def parse_corruption(spec: str) -> Corruption:
                 raise ValueError(f"bad corruption {spec!r}: flip ratio must lie in [0, 1]")
         elif kind == "backdoor":
             backdoor = _parse_backdoor(arg, spec)
+        elif kind == "scale":
+            try:
+                factor = float(arg)
+            except ValueError:
+                raise ValueError(f"bad corruption {spec!r}: scale needs a number, e.g. scale:1e6") from None
+            if not math.isfinite(factor):
+                raise ValueError(f"bad corruption {spec!r}: scale must be finite")
         else:
             raise ValueError(
-                f"unknown corruption {spec!r}; use none, flip:RATIO, backdoor or backdoor:target=LABEL"
+                f"unknown corruption {spec!r}; use none, flip:RATIO, backdoor, backdoor:target=LABEL "
+                "or scale:FACTOR"
             )
-    return Corruption(label_flip_ratio=ratio, backdoor=backdoor)
+    return Corruption(label_flip_ratio=ratio, backdoor=backdoor, delta_scale=factor)

@@ -227,6 +227,18 @@ class LoadedTask:
         The task's own train(model, data, context) if it has one (the model arrives holding w_t),
         otherwise seeded SGD with the run's settings (and the simulation's backdoor, if any).
         """
+        delta = self._train(model, global_state, samples, context, corruption)
+        scale = getattr(corruption, "scale_delta", None)
+        return scale(delta) if scale is not None else delta
+
+    def _train(
+        self,
+        model: nn.Module,
+        global_state: Mapping[str, Tensor],
+        samples: Samples,
+        context: TrainContext,
+        corruption: Any,
+    ) -> dict[str, Tensor]:
         train = getattr(self.obj, "train", None)
         if train is None:
             return local_update(

@@ -1,0 +1,81 @@
+"""Norm bounds on updates: clip or reject one far larger than the round's, so one participant cannot steer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fedsv.app.demo import DemoConfig, run_demo
+from fedsv.common.corruptions import parse_corruption
+from fedsv.common.round_step import ClientUpdate
+from fedsv.common.update_bounds import NormBound, bound_updates, round_bound, update_norm
+
+
+def _update(pid: str, norm: float) -> ClientUpdate:
+    """An update of exactly this L2 norm (two tensors and an integer buffer, which is never scaled)."""
+    a = torch.full((3, 4), 1.0)
+    b = torch.full((5,), 1.0)
+    raw = math.sqrt(12 + 5)
+    return ClientUpdate(pid, {"w": a * norm / raw, "b": b * norm / raw, "steps": torch.tensor(7)}, 10)
+
+
+def test_adaptive_bound_is_a_multiple_of_the_median_and_clips_to_it() -> None:
+    updates = [_update("p0", 1.0), _update("p1", 2.0), _update("p2", 3.0), _update("p3", 1e6)]
+    bounded = bound_updates(updates, NormBound())
+    assert bounded.bound == pytest.approx(3.0 * 2.5)  # median of 1, 2, 3, 1e6
+    assert bounded.clipped == ["p3"] and bounded.rejected == []
+    assert [u.participant for u in bounded.updates] == ["p0", "p1", "p2", "p3"]
+    assert update_norm(bounded.updates[3].delta) == pytest.approx(7.5)
+    assert bounded.updates[0] is updates[0]  # within the bound: untouched
+    assert torch.equal(bounded.updates[3].delta["steps"], torch.tensor(7))
+
+
+def test_reject_drops_and_an_absolute_bound_and_none_are_honoured() -> None:
+    updates = [_update("p0", 1.0), _update("p1", 50.0), _update("p2", 2.0)]
+    rejected = bound_updates(updates, NormBound(policy="reject"))
+    assert rejected.rejected == ["p1"] and [u.participant for u in rejected.updates] == ["p0", "p2"]
+    absolute = bound_updates(updates, NormBound(policy="reject", bound=1.5))
+    assert absolute.rejected == ["p1", "p2"]
+    assert bound_updates(updates, NormBound(policy="none")).updates == updates
+    assert round_bound([0.0, 0.0, 5.0], NormBound()) == math.inf  # a zero median bounds nothing
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"policy": "drop"}, "update_norm_policy"),
+        ({"bound": -1.0}, "update_norm_bound"),
+        ({"bound": math.inf}, "update_norm_bound"),
+        ({"multiple": 0.5}, "update_norm_multiple"),
+        ({"multiple": math.nan}, "update_norm_multiple"),
+    ],
+)
+def test_bad_bounds_name_the_setting(kwargs: dict[str, object], name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        NormBound(**kwargs)  # type: ignore[arg-type]
+
+
+def test_scale_corruption_round_trips() -> None:
+    assert parse_corruption("scale:1e6").delta_scale == 1e6
+    assert parse_corruption("flip:0.1+scale:-3").describe() == "flip:0.1+scale:-3"
+    with pytest.raises(ValueError, match="scale must be finite"):
+        parse_corruption("scale:inf")
+
+
+def test_a_participant_scaling_its_delta_by_a_million_neither_stops_nor_steers_the_run() -> None:
+    settings = {
+        "participants": 6,
+        "fraction": 1.0,
+        "rounds": 3,
+        "epochs": 1,
+        "validation_size": 300,
+        "seed": 2,
+    }
+    honest = run_demo(DemoConfig(**settings, valuation="exact"))  # type: ignore[arg-type]
+    attacked = run_demo(DemoConfig(**settings, valuation="exact", corrupt="3=scale:1e6"))  # type: ignore[arg-type]
+    assert len(attacked.accuracies) == 3 and all(math.isfinite(a) for a in attacked.accuracies)
+    assert abs(attacked.accuracies[-1] - honest.accuracies[-1]) <= 0.02
+    totals = attacked.valuation.totals()["fedsv"]
+    assert totals["p003"] <= min(v for pid, v in totals.items() if pid != "p003")
