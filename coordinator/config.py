@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -15,6 +16,23 @@ from fedsv.valuation import ValuationSpec
 from fedsv.valuation.spec import SHAPLEY_METHODS
 
 VALUATION_METHODS = ("auto", *SHAPLEY_METHODS, "loo", "none")
+
+
+def require(ok: bool, name: str, rule: str, value: object) -> None:
+    """ValueError "NAME must be RULE, got VALUE" (one line naming the setting) unless `ok`."""
+    if not ok:
+        raise ValueError(f"{name} must be {rule}, got {value!r}")
+
+
+def check_port(name: str, value: int, off: bool = False) -> None:
+    """A TCP port 0..65535 (0: ephemeral), or -1 (off) where `off` is allowed."""
+    low = -1 if off else 0
+    require(low <= value <= 65535, name, f"a port in {low}..65535", value)
+
+
+def check_positive(name: str, value: float) -> None:
+    require(math.isfinite(value) and value > 0, name, "a positive finite number", value)
+
 
 DEFAULT_BUDGET_SECONDS = 0.25
 """Valuation time per round: below a participant's local training time at the demo's settings
@@ -90,6 +108,11 @@ class RunConfig:
             raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
         if self.rounds < 1:
             raise ValueError(f"rounds must be at least 1, got {self.rounds}")
+        require(self.epochs >= 1, "epochs", "at least 1", self.epochs)
+        require(self.batch_size >= 1, "batch_size", "at least 1", self.batch_size)
+        check_positive("lr", self.lr)
+        require(self.validation_size >= 1, "validation_size", "at least 1", self.validation_size)
+        require(self.seed >= 0, "seed", "a non-negative integer", self.seed)
         if self.valuation not in VALUATION_METHODS:
             raise ValueError(f"valuation must be one of {list(VALUATION_METHODS)}, got {self.valuation!r}")
         if self.valuation_budget != 0 and self.valuation_budget < 2:
@@ -100,6 +123,7 @@ class RunConfig:
         if not 0 <= seconds < float("inf"):
             raise ValueError(f"valuation_budget_seconds must be 0 or a positive number, got {seconds}")
         self.norm_bound()  # validates the update bound
+        self.valuation_spec(1)  # validates eps, delta and the budgets now, not in round 1
         self.corruptions()  # validates the spec
         self.schedule()  # validates the selection
         if self.task.strip() and not self.validation_data.strip():
@@ -257,8 +281,22 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.quorum <= 1.0:
             raise ValueError(f"quorum must be in (0, 1], got {self.quorum}")
-        if self.round_timeout <= 0:
-            raise ValueError(f"round_timeout must be positive, got {self.round_timeout}")
+        check_positive("round_timeout", self.round_timeout)
+        check_positive("join_timeout", self.join_timeout)
+        require(
+            math.isfinite(self.quorum_wait) and self.quorum_wait >= 0, "quorum_wait", ">= 0", self.quorum_wait
+        )
+        require(math.isfinite(self.linger) and self.linger >= -1, "linger", "-1 or more seconds", self.linger)
+        check_port("port", self.port)
+        check_port("metrics_port", self.metrics_port, off=True)
+        check_port("health_port", self.health_port, off=True)
+        require(self.max_update_bytes >= 1, "max_update_bytes", "at least 1", self.max_update_bytes)
+        require(
+            self.max_samples_per_participant >= 1,
+            "max_samples_per_participant",
+            "at least 1",
+            self.max_samples_per_participant,
+        )
         if not MIN_CHUNK_BYTES <= self.max_chunk_bytes <= MAX_CHUNK_BYTES:
             raise ValueError(
                 f"max_chunk_bytes must be between {MIN_CHUNK_BYTES} and {MAX_CHUNK_BYTES} "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from fedsv.common import certs
 from fedsv.common.ranks import block_of
-from fedsv.coordinator.config import RunConfig
+from fedsv.coordinator.config import RunConfig, check_port, check_positive, require
 from fedsv.coordinator.ledger import Ledger, RoundRecord
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,10 @@ class LaunchConfig:
             value = getattr(self, name)
             if value < 0:
                 raise ValueError(f"{name} must be 0 (automatic) or a positive number, got {value}")
+        check_port("metrics_port", self.metrics_port, off=True)
+        check_positive("round_timeout", self.round_timeout)
+        check_positive("timeout", self.timeout)
+        require(math.isfinite(self.linger) and self.linger >= -1, "linger", "-1 or more seconds", self.linger)
 
 
 def _bar(done: int, total: int, width: int = 20) -> str:

@@ -1,4 +1,4 @@
-"""Config dataclasses as command-line flags: one --flag per field, typed from the annotation."""
+"""Config dataclasses as command-line flags and JSON files: a --flag per field, types checked by pydantic."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
+
+from pydantic import TypeAdapter, ValidationError
 
 T = TypeVar("T")
 
@@ -52,6 +54,27 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def checked_values(cls: type[Any], values: dict[str, Any]) -> dict[str, Any]:
+    """The values of a config file, each of its field's exact type (pydantic, strict: no "0.5" for a
+    float, no "false" for a bool, no 1.0 for an int; an int is a valid float). ValueError naming the
+    first setting that is wrong, in one line."""
+    hints = get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        kind = hints[name]
+        try:
+            out[name] = TypeAdapter(kind).validate_python(value, strict=True)
+        except ValidationError as exc:
+            shown = repr(value)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            expected = getattr(kind, "__name__", str(kind))
+            reason = exc.errors()[0]["msg"].lower()
+            raise ValueError(f"config setting {name!r} must be {expected}, got {shown} ({reason})") from None
+        if isinstance(out[name], float) and kind is float:
+            out[name] = float(out[name])
+    return out
+
+
 def build_config(cls: type[T], args: argparse.Namespace, file_values: dict[str, Any] | None = None) -> T:
     """Defaults < config file < command-line flags; unknown keys in the file are an error."""
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
@@ -60,7 +83,7 @@ def build_config(cls: type[T], args: argparse.Namespace, file_values: dict[str, 
         unknown = sorted(set(file_values) - names)
         if unknown:
             raise ValueError(f"unknown config keys {unknown}; valid keys: {sorted(names)}")
-        values.update(file_values)
+        values.update(checked_values(cls, file_values))
     for name in names:
         flag_value = getattr(args, name, None)
         if flag_value is not None:

@@ -1,0 +1,66 @@
+"""Wrong settings in flags and config files: a one-line error naming the setting, exit status 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import fedsv.coordinator.__main__ as coordinator_main
+from fedsv.app.cli import main as fedsv_main
+
+
+def _one_line(err: str, prefix: str, *needles: str) -> None:
+    line = err.strip()
+    assert line.startswith(prefix) and "\n" not in line, err
+    for needle in needles:
+        assert needle in line, (needle, line)
+
+
+@pytest.mark.parametrize(
+    ("settings", "needles"),
+    [
+        ({"participants": "six"}, ("'participants' must be int", "'six'")),
+        ({"fraction": "0.5"}, ("'fraction' must be float",)),
+        ({"round_timeout": "120"}, ("'round_timeout' must be float",)),
+        ({"insecure": "false"}, ("'insecure' must be bool", "'false'")),
+        ({"rounds": 2.5}, ("'rounds' must be int",)),
+        ({"port": 70000}, ("port must be a port in 0..65535", "70000")),
+        ({"metrics_port": -2}, ("metrics_port must be a port in -1..65535",)),
+        ({"epochs": 0}, ("epochs must be at least 1",)),
+        ({"lr": -0.1}, ("lr must be a positive finite number",)),
+        ({"update_norm_policy": "ignore"}, ("update_norm_policy must be one of",)),
+        ({"eps": 0}, ("eps must be a positive finite number",)),
+        ({"participants": "x" * 5000}, ("'participants' must be int", "...")),
+    ],
+)
+def test_coordinator_config_file(tmp_path: Path, settings: dict[str, object], needles: tuple[str, ...],
+                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"state_dir": str(tmp_path / "state"), "health_port": -1, **settings}))
+    assert coordinator_main.main(["--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    _one_line(err, "coordinator: error:", *needles)
+    assert len(err) < 400  # a hostile value is cut short, not echoed whole
+    assert not (tmp_path / "state" / "ledger.sqlite").exists()  # refused before anything is recorded
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--epochs", "0"], "epochs must be at least 1"),
+        (["--batch-size", "0"], "batch_size must be at least 1"),
+        (["--lr", "nan"], "lr must be a positive finite number"),
+        (["--lr", "inf"], "lr must be a positive finite number"),
+        (["--metrics-port", "70000"], "metrics_port must be a port"),
+        (["--valuation-budget", "1"], "valuation_budget must be 0 or at least 2"),
+        (["--threads", "-2"], "threads must be 0"),
+    ],
+)
+def test_launch_flags(
+    tmp_path: Path, flags: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert fedsv_main(["launch", "--out", str(tmp_path / "run"), *flags]) == 2
+    _one_line(capsys.readouterr().err, "fedsv launch: error:", needle)
+    assert not (tmp_path / "run" / "ledger.sqlite").exists()
