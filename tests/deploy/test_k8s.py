@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import copy
 import json
@@ -17,6 +18,7 @@ import yaml
 import fedsv.coordinator.__main__ as coordinator_main
 import fedsv.participant.__main__ as participant_main
 from fedsv.common import certs
+from fedsv.common.config_args import build_configs
 from fedsv.common.task import load_task
 from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.server import SERVICE_NAME
@@ -374,8 +376,12 @@ def _own_data_volume(docs: list[Doc], run: RunConfig, tmp_path: Path) -> None:
 
 def test_overlays_are_the_demo_and_the_papers_setting(rendered: dict[str, list[Doc]]) -> None:
     def run_of(name: str) -> RunConfig:
+        """The ConfigMap's run.json, read and checked exactly as the coordinator's --config reads it."""
         data = json.loads(_one(rendered[name], "ConfigMap")["data"]["run.json"])
-        return RunConfig(**{k: v for k, v in data.items() if k in RunConfig.__dataclass_fields__})
+        flags = argparse.Namespace(tls_dir="/etc/fedsv/tls")  # the Deployment passes --tls-dir
+        run, _ = build_configs(flags, data, RunConfig, ServerConfig)
+        assert isinstance(run, RunConfig)
+        return run
 
     demo, paper = run_of("overlays/demo"), run_of("overlays/paper")
     assert demo.participants <= 10
