@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 import grpc
 
+from fedsv.common.log_safety import RateLimitedLog, shown
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.status_codes import status_of
 
@@ -42,11 +43,13 @@ class MalformedRequests(grpc.ServerInterceptor):
 
     def __init__(self, metrics: CoordinatorMetrics) -> None:
         self.metrics = metrics
+        self._log = RateLimitedLog(logger)
 
     def _refuse(self, context: grpc.ServicerContext, request: Malformed) -> NoReturn:
         self.metrics.reject("malformed")
-        logger.info("rejected (malformed): %s", request.error)
-        context.abort(status_of("malformed"), f"not a valid protobuf message: {request.error}")
+        error = shown(request.error)
+        self._log.log(logging.INFO, "malformed", "rejected (malformed): %s", error)
+        context.abort(status_of("malformed"), f"not a valid protobuf message: {error}")
         raise AssertionError("unreachable")  # context.abort raises
 
     def _checked(self, requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:

@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 import grpc
 
+from fedsv.common.log_safety import RateLimitedLog, shown
 from fedsv.common.tls import peer_identity
 from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.common.wire import TensorSetAssembler, WireError, iter_chunks
@@ -38,6 +39,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
         self.max_chunk_bytes = max_chunk_bytes
         self.max_update_bytes = max_update_bytes
         self.max_tensors = max_tensors
+        self._log = RateLimitedLog(logger)
 
     # ------------------------------------------------------------------ helpers
     def _count(self, round_number: int, rpc: str, direction: str, message: Any) -> None:
@@ -48,7 +50,8 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
     def _refuse(self, context: grpc.ServicerContext, reason: str, message: str) -> NoReturn:
         """Count the refusal and end the call with the reason's status code (status_codes.py)."""
         self.metrics.reject(reason)
-        logger.info("rejected (%s): %s", reason, message)
+        message = shown(message)
+        self._log.log(logging.INFO, reason, "rejected (%s): %s", reason, message)
         context.abort(status_of(reason), message)
         raise AssertionError("unreachable")  # context.abort raises
 
@@ -95,7 +98,9 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
             participant_id=info.participant_id, session_token=info.token, run=self.run_spec(info.rank)
         )
         self._count(number, "Join", "down", reply)
-        logger.info("rank %d joined as %s from %s", request.rank, info.participant_id, request.host or "?")
+        logger.info(
+            "rank %d joined as %s from %s", request.rank, info.participant_id, shown(request.host or "?")
+        )
         return reply
 
     def Subscribe(
