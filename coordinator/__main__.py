@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         values = load_config_file(args.config) if args.config else {}
         run, server = build_configs(args, values, RunConfig, ServerConfig)
         return serve(run, server)
-    except (ValueError, LedgerError) as exc:
+    except (ValueError, LedgerError, OSError) as exc:  # OSError: a path or port the settings name
         print(f"coordinator: error: {exc}", file=sys.stderr)
         return 2
 

@@ -164,15 +164,19 @@ class Coordinator:
         return "mutual TLS" if config.tls_client_auth else "TLS + participant tokens"
 
     def start(self) -> None:
+        if self.server_config.metrics_port >= 0:  # first: a port in use fails before anything serves
+            try:
+                self.metrics_server, self.metrics_port = serve_metrics(
+                    self.registry, self.server_config.host, self.server_config.metrics_port
+                )
+            except OSError as exc:
+                address = f"{self.server_config.host}:{self.server_config.metrics_port}"
+                raise ValueError(f"cannot serve metrics_port on {address}: {exc.strerror or exc}") from None
         self.grpc_server.start()
         if self.health_server is not None:
             self.health_server.start()
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        if self.server_config.metrics_port >= 0:
-            self.metrics_server, self.metrics_port = serve_metrics(
-                self.registry, self.server_config.host, self.server_config.metrics_port
-            )
         if self.server_config.port_file:
             tmp = Path(self.server_config.port_file + ".tmp")
             tmp.write_text(f"{self.port} {self.metrics_port}\n")
@@ -222,7 +226,11 @@ class Coordinator:
 def serve(run: RunConfig, server: ServerConfig) -> int:
     """Run a coordinator until its run ends or SIGTERM/SIGINT; exit code 0 only if the run finished."""
     coordinator = Coordinator(run, server)
-    coordinator.start()
+    try:
+        coordinator.start()
+    except ValueError:
+        coordinator.stop()  # release the ports and the ledger before the one-line error
+        raise
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         logger.info("signal %d: stopping after the current step", signum)

@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         resolve_device(args.device)  # an unknown or absent device: a one-line error now
         task = load_task(args.task) if args.task.strip() else None
         samples = {rank: preload(local, task, rank) for rank in assignment.ranks}  # bad files: fail now
-    except ValueError as exc:  # TaskError and DataError too
+    except (ValueError, OSError) as exc:  # TaskError and DataError too; OSError: a path it names
         print(f"participant: error: {exc}", file=sys.stderr)
         return 2
     torch.set_num_threads(max(1, args.threads))

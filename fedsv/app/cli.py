@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return main_demo(build_config(DemoConfig, args, file_values))
     # One-line messages for what the user can fix (settings, files, a run that could not start); any
     # other exception is a bug and keeps its traceback.
-    except (ValueError, FileNotFoundError, LedgerError, LaunchError, StudyError) as exc:
+    except (ValueError, OSError, LedgerError, LaunchError, StudyError) as exc:
         print(f"fedsv {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -132,6 +132,8 @@ def generate(out: str | Path, participants: int, hosts: list[str] | None = None,
     if days < 1:
         raise ValueError(f"days must be at least 1, got {days}")
     target = Path(out)
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"--out {target} is a file; certificates go into a directory")
     target.mkdir(parents=True, exist_ok=True)
     ca_key = _key()
     ca_cert = _issue(CA_NAME, ca_key, x509.Name([]), ca_key, days, ca=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,23 @@ def test_launch_flags(
     assert fedsv_main(["launch", "--out", str(tmp_path / "run"), *flags]) == 2
     _one_line(capsys.readouterr().err, "fedsv launch: error:", needle)
     assert not (tmp_path / "run" / "ledger.sqlite").exists()
+
+
+def test_missing_data_busy_port_and_a_file_for_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--state-dir", str(tmp_path / "state"), "--insecure", "--port", "0", "--health-port", "-1"]
+    argv = [*base, "--metrics-port", "-1", "--dataset", "mnist", "--data-dir", str(tmp_path / "nowhere")]
+    assert coordinator_main.main(argv) == 2
+    _one_line(capsys.readouterr().err, "coordinator: error:", "nowhere", "does not exist")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = [*base, "--host", "127.0.0.1", "--metrics-port", str(port), "--rounds", "1"]
+        assert coordinator_main.main(argv) == 2
+    _one_line(capsys.readouterr().err, "coordinator: error:", f"metrics_port on 127.0.0.1:{port}")
+    a_file = tmp_path / "certs"
+    a_file.write_text("")
+    assert fedsv_main(["certs", "--out", str(a_file), "--participants", "2"]) == 2
+    _one_line(capsys.readouterr().err, "fedsv certs: error:", "is a file")
