@@ -6,9 +6,11 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +74,20 @@ class LaunchConfig:
         check_positive("round_timeout", self.round_timeout)
         check_positive("timeout", self.timeout)
         require(math.isfinite(self.linger) and self.linger >= -1, "linger", "-1 or more seconds", self.linger)
+
+
+def last_error(path: Path) -> str:
+    """The line of a log that best says why a process ended: the last "error:" line or the last line
+    of a traceback (the exception), else the last line; cut to 300 characters."""
+    if not path.exists():
+        return f"(no log at {path})"
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    if not lines:
+        return "(empty log)"
+    for line in reversed(lines):
+        if "error:" in line.lower() or re.match(r"^[A-Za-z_.]+(Error|Exception)\b", line):
+            return line[:300]
+    return lines[-1][:300]
 
 
 def _bar(done: int, total: int, width: int = 20) -> str:
@@ -151,9 +167,8 @@ class Launch:
         deadline = time.time() + 120
         while not port_file.exists():
             if self.coordinator.poll() is not None:
-                raise LaunchError(
-                    f"coordinator exited with {self.coordinator.returncode}: {self._log_tail()}"
-                )
+                why = last_error(self.out / "coordinator.log")
+                raise LaunchError(f"coordinator exited with {self.coordinator.returncode}: {why}")
             if time.time() > deadline:
                 raise LaunchError("coordinator did not start serving within 120 s")
             time.sleep(0.05)
@@ -198,15 +213,26 @@ class Launch:
         with Ledger(ledger_path, read_only=True) as ledger:
             return len(ledger.rounds())
 
-    def _log_tail(self, lines: int = 5) -> str:
-        path = self.out / "coordinator.log"
-        text = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
-        return " | ".join(text[-lines:])
+    def _check_participants(self, reported: set[int], printer: Callable[[str], object]) -> bool:
+        """Report each participant process that died (once, with its log's last error line); True
+        while at least one is alive or ended cleanly."""
+        for index, proc in enumerate(self.participants):
+            code = proc.poll()
+            if code not in (None, 0) and index not in reported:
+                reported.add(index)
+                line = last_error(self.out / f"participants-{index}.log")
+                printer(f"participant process {index} exited with code {code}: {line}")
+        return len(reported) < len(self.participants)
 
-    def follow(self, printer: object = print) -> int:
-        """Print a progress line per completed round until the coordinator exits; returns its exit code."""
+    def follow(self, printer: Callable[[str], object] = print) -> int:
+        """Print a progress line per completed round until the coordinator exits; returns its exit code.
+
+        A participant process that dies is reported within a second, with its last error line; when
+        none is left, the run is stopped (LaunchError) instead of waiting for round deadlines.
+        """
         assert self.coordinator is not None
         shown = 0
+        dead: set[int] = set()
         deadline = time.time() + self.launch.timeout
         ledger_path = self.out / "ledger.sqlite"
         while True:
@@ -215,10 +241,14 @@ class Launch:
                 with Ledger(ledger_path, read_only=True) as ledger:
                     for record in ledger.rounds():  # a round's line once it has its values
                         if record.round > shown and not record.pending:
-                            printer(format_progress(record, self.run.rounds))  # type: ignore[operator]
+                            printer(format_progress(record, self.run.rounds))
                             shown = record.round
             if exited:
                 break
+            if self.participants and not self._check_participants(dead, printer):
+                self.coordinator.terminate()
+                self.coordinator.wait(timeout=30)
+                raise LaunchError(f"every participant process exited with an error; see {self.out}")
             if time.time() > deadline:
                 logger.error("run exceeded %.0f s; stopping it", self.launch.timeout)
                 self.coordinator.terminate()

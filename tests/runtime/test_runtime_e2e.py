@@ -157,3 +157,18 @@ def test_distributed_run_values_equal_the_in_process_demo(
     distributed = [(v[0], v[1], v[2]) for v in ledger_digest(out)["values"]]
     assert [k[:2] for k in sorted(distributed)] == [k[:2] for k in sorted(in_process)]
     assert [k[2] for k in sorted(distributed)] == pytest.approx([k[2] for k in sorted(in_process)], abs=1e-12)
+
+
+def test_launch_reports_participant_processes_that_die_and_stops(tmp_path: Path) -> None:
+    """Participants that cannot read their data die at once; launch says why, in a line each, and stops
+    the run instead of waiting out the coordinator's join timeout (600 s)."""
+    proc = _launch(tmp_path / "run", data=str(tmp_path / "absent" / "part{rank}.npz"))
+    assert proc.returncode == 2, proc.stderr
+    died = [line for line in proc.stdout.splitlines() if line.startswith("participant process")]
+    assert len(died) == 2, proc.stdout
+    assert all(
+        "exited with code 2" in line and "part" in line and "participant: error:" in line for line in died
+    )
+    err = proc.stderr.strip()
+    assert err.startswith("fedsv launch: error: every participant process exited with an error"), err
+    assert "\n" not in err and "Traceback" not in proc.stdout + proc.stderr
