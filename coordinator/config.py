@@ -13,6 +13,7 @@ from fedsv.common.task import LoadedTask
 from fedsv.common.task_data import SimulationSettings, run_task
 from fedsv.common.update_bounds import POLICIES, NormBound
 from fedsv.valuation import ValuationSpec
+from fedsv.valuation.aggregation import AggregationRule
 from fedsv.valuation.spec import SHAPLEY_METHODS
 
 VALUATION_METHODS = ("auto", *SHAPLEY_METHODS, "loo", "none")
@@ -82,6 +83,19 @@ class RunConfig:
             "depend on the machine)"
         },
     )
+    aggregation: str = field(
+        default="fedavg",
+        metadata={"help": "fedavg | uniform | median | trimmed_mean | krum | multi_krum (robust rules)"},
+    )
+    aggregation_trim: float = field(
+        default=0.1, metadata={"help": "trimmed_mean: fraction of values cut at each end"}
+    )
+    aggregation_byzantine: int = field(
+        default=1, metadata={"help": "krum, multi_krum: participants assumed malicious (f)"}
+    )
+    aggregation_keep: int = field(
+        default=0, metadata={"help": "multi_krum: updates averaged (0 = selected - f)"}
+    )
     update_norm_policy: str = field(
         default="clip",
         metadata={"help": f"an update whose L2 norm is over the bound: {'|'.join(POLICIES)}"},
@@ -123,6 +137,7 @@ class RunConfig:
         if not 0 <= seconds < float("inf"):
             raise ValueError(f"valuation_budget_seconds must be 0 or a positive number, got {seconds}")
         self.norm_bound()  # validates the update bound
+        self.aggregation_rule()  # validates the aggregation
         self.valuation_spec(1)  # validates eps, delta and the budgets now, not in round 1
         self.corruptions()  # validates the spec
         self.schedule()  # validates the selection
@@ -189,6 +204,12 @@ class RunConfig:
         if self.test_data.strip():
             return self.test_data.strip()
         return "" if self.task.strip() else f"simulated:{self.dataset}"
+
+    def aggregation_rule(self) -> AggregationRule:
+        """The rule that aggregates each round, and values every coalition of its game."""
+        return AggregationRule(
+            self.aggregation, self.aggregation_trim, self.aggregation_byzantine, self.aggregation_keep
+        )
 
     def norm_bound(self) -> NormBound:
         """How the round's updates are bounded before aggregation and valuation."""

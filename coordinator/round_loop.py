@@ -84,7 +84,7 @@ class RoundLoop:
         self.task, self.model = inputs.task, inputs.model
         self.validation, self.test = inputs.validation, inputs.test
         self.game_settings = GameSettings(
-            self.task.metric, server.valuation_device, server.valuation_precision
+            self.task.metric, server.valuation_device, server.valuation_precision, run.aggregation_rule()
         )
         self.params = params_of(self.model)
         self.rng = np.random.default_rng(run.seed)
@@ -213,7 +213,7 @@ class RoundLoop:
             aggregation, valuation = outcome.aggregation_seconds, outcome.valuation_seconds
         else:  # pipelined: the worker values this round while the next one trains
             started = time.perf_counter()
-            new_params, values = aggregate(self.params, updates, number), None
+            new_params, values = aggregate(self.params, updates, number, self.game_settings.aggregation), None
             aggregation, valuation = time.perf_counter() - started, 0.0
         clock.lap("aggregation_and_valuation")  # split by the timings above
         accuracy, loss = math.nan, math.nan  # no test set: nothing to report

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from fedsv.valuation import stacked_head
+from fedsv.valuation.aggregation import AggregationRule
 from fedsv.valuation.device import (
     DEFAULT_WORKING_SET,
     PRECISIONS,
@@ -34,7 +35,9 @@ class RoundGame(Game):
     """The federated-SV game of one round, evaluated on a validation set.
 
     U(S) = metric(w_t + server_lr * aggregate_{i in S}(delta_i)), U(empty) = metric(w_t), with the
-    coordinator's aggregation rule ("fedavg": weighted by sample counts over S; "uniform"). The metric
+    coordinator's aggregation rule (an AggregationRule or its name: "fedavg", weighted by sample counts
+    over S; "uniform"; "krum" and "multi_krum", which select within S and keep the fast path;
+    "median" and "trimmed_mean", coordinate-wise, which take the batched path). The metric
     is "accuracy", "neg_loss" (mean log-likelihood of the labels) or a callable (logits (n, classes),
     y (n,)) -> per-sample scores (n,), U = their mean.
 
@@ -89,7 +92,7 @@ class RoundGame(Game):
         y_val: Tensor | np.ndarray,
         *,
         metric: Metric = "accuracy",
-        aggregation: str = "fedavg",
+        aggregation: str | AggregationRule = "fedavg",
         server_lr: float = 1.0,
         mode: str = "fast",
         memory_budget_mb: float | None = None,
@@ -179,6 +182,11 @@ class RoundGame(Game):
         probe_coeffs[1] = coalition_weights(np.ones((1, self.m), dtype=bool), self.inputs)[0]
         x_probe = self.inputs.x_val[:2]
         why = ""
+        if requested == "fast" and self.inputs.rule.coordinatewise:
+            why, requested = (
+                f"no fast path: {self.inputs.rule.name} is not a weighted sum of deltas; ",
+                "batched",
+            )
         if requested == "fast":
             split, found = split_stem(self.model, self.inputs.names)
             if split is not None and isinstance(split.stem, nn.Conv2d):
@@ -226,7 +234,11 @@ class RoundGame(Game):
 
     def _stacked_one(self, name: str, coeffs: Tensor) -> Tensor:
         base = self.inputs.global_params[name]
-        flat = torch.addmm(base.reshape(1, -1), coeffs, self.inputs.delta_matrix(name))
+        matrix = self.inputs.delta_matrix(name)
+        if self.inputs.rule.coordinatewise:  # coeffs are the membership (coalition_weights)
+            combined = self.inputs.rule.combine(coeffs > 0, matrix) * self.inputs.server_lr
+            return (base.reshape(1, -1) + combined).reshape(-1, *base.shape)
+        flat = torch.addmm(base.reshape(1, -1), coeffs, matrix)
         return flat.reshape(-1, *base.shape)
 
     # ---------------------------------------------------------------- fast: linear stem

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from fedsv.valuation.aggregation import RULES, AggregationRule, pairwise_distances
 from fedsv.valuation.game import BoolMatrix
 
 METRICS = ("accuracy", "neg_loss")
-AGGREGATIONS = ("fedavg", "uniform")
+AGGREGATIONS = RULES
 
 Metric = str | Callable[[Tensor, Tensor], Tensor]
 """A metric name in METRICS, or (logits (n, classes), y (n,)) -> per-sample scores (n,); U = mean score."""
@@ -52,11 +53,13 @@ class RoundInputs:
     names: list[str]
     global_params: dict[str, Tensor]
     delta_matrices: dict[str, Tensor]  # per name: the m deltas of that tensor as rows, (m, numel)
-    weights: Tensor  # aggregation weight per participant (sample counts, or ones)
+    weights: Tensor  # the participants' sample counts (the weights of FedAvg, Krum and Multi-Krum)
     server_lr: float
     x_val: Tensor
     y_val: Tensor
     metric: Metric
+    rule: AggregationRule = field(default_factory=AggregationRule)
+    distances: Tensor | None = None  # pairwise squared distances of the deltas (selecting rules)
 
     @property
     def m(self) -> int:
@@ -85,7 +88,7 @@ class RoundInputs:
         x_val: Tensor | np.ndarray,
         y_val: Tensor | np.ndarray,
         metric: Metric,
-        aggregation: str,
+        aggregation: str | AggregationRule,
         server_lr: float,
         device: torch.device | str = "cpu",
     ) -> RoundInputs:
@@ -98,8 +101,10 @@ class RoundInputs:
             raise ValueError(
                 f"metric must be a name in {list(METRICS)} or a callable, not {type(metric).__name__}"
             )
-        if aggregation not in AGGREGATIONS:
-            raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {list(AGGREGATIONS)}")
+        if isinstance(aggregation, str):
+            if aggregation not in AGGREGATIONS:
+                raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {list(AGGREGATIONS)}")
+            aggregation = AggregationRule(aggregation)
         if not math.isfinite(server_lr) or server_lr <= 0:
             raise ValueError(f"server_lr must be a positive finite number, got {server_lr}")
         if len(deltas) == 0:
@@ -122,11 +127,12 @@ class RoundInputs:
             raise ValueError(
                 f"validation data needs matching non-empty x and y, got {x.shape[0]} and {y.shape[0]}"
             )
-        weights = torch.from_numpy(counts if aggregation == "fedavg" else np.ones_like(counts))
+        weights = torch.from_numpy(counts)
         # One copy to the device per tensor; the deltas of each tensor go stacked, as the game uses them.
         matrices = {
             name: torch.stack([d[name].reshape(-1).to(dtype) for d in checked]).to(device) for name in names
         }
+        distances = pairwise_distances(list(matrices.values())) if aggregation.selects else None
         return cls(
             names,
             {name: value.to(device=device, dtype=dtype) for name, value in glob.items()},
@@ -136,6 +142,8 @@ class RoundInputs:
             x.to(device=device, dtype=dtype),
             y.to(device=device, dtype=torch.long),
             metric,
+            aggregation,
+            distances,
         )
 
     @staticmethod
@@ -168,12 +176,16 @@ class RoundInputs:
 
 
 def coalition_weights(members: BoolMatrix, inputs: RoundInputs) -> Tensor:
-    """Per-coalition aggregation coefficients c (B, m), on the inputs' device: w_t + c @ deltas is S."""
+    """Per-coalition aggregation coefficients c (B, m), on the inputs' device: w_t + c @ deltas is S.
+
+    A coordinate-wise rule (median, trimmed mean) has no such coefficients: its rows are the
+    membership itself (1.0 for a member), which RoundGame combines by the rule instead of a product.
+    """
     mask = torch.from_numpy(np.asarray(members, dtype=bool)).to(inputs.device)
-    weighted = mask.to(inputs.weights.dtype) * inputs.weights
-    totals = weighted.sum(dim=1, keepdim=True)
-    coeffs = torch.where(totals > 0, weighted / totals.clamp_min(torch.finfo(totals.dtype).tiny), 0.0)
-    return coeffs * inputs.server_lr
+    if inputs.rule.coordinatewise:
+        return mask.to(inputs.weights.dtype)
+    coeffs = inputs.rule.coefficients(mask, inputs.weights, inputs.distances)
+    return coeffs.to(inputs.weights.dtype) * inputs.server_lr
 
 
 def score_logits(logits: Tensor, y: Tensor, metric: Metric) -> Tensor:

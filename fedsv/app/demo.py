@@ -96,7 +96,8 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
             )  # fmt: skip
             delta = task.local_update(model, global_params, samples, context, corruption)
             updates.append(ClientUpdate(participant_id(r), delta, len(samples)))
-        spec, game = config.valuation_spec(t), GameSettings(metric=task.metric)
+        spec = config.valuation_spec(t)
+        game = GameSettings(metric=task.metric, aggregation=config.aggregation_rule())
         updates = bound_updates(updates, config.norm_bound()).updates  # as the coordinator does
         if not updates:
             raise ValueError(f"every update of round {t} was over update_norm_bound")

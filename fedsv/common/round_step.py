@@ -8,27 +8,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from torch import Tensor, nn
 
 from fedsv.common.training import apply_delta, fedavg
 from fedsv.valuation import FederatedValuation, RoundGame, RoundValues, ValuationSpec
+from fedsv.valuation.aggregation import AggregationRule, pairwise_distances
 from fedsv.valuation.api import Plan
 
 Metric = str | Callable[[Tensor, Tensor], Tensor]
 """A validation metric: "accuracy", "neg_loss", or (logits, y) -> per-sample scores."""
 
 
+FEDAVG = AggregationRule()
+
+
 @dataclass(frozen=True)
 class GameSettings:
     """How a round's game computes: its validation metric, the torch device ("auto": CUDA when
-    present) and the precision ("fp32", "tf32", "bf16"; see fedsv.valuation.RoundGame)."""
+    present), the precision ("fp32", "tf32", "bf16"; see fedsv.valuation.RoundGame), and the
+    aggregation rule, which the coordinator applies to the round and the game to every coalition."""
 
     metric: Metric = "accuracy"
     device: str = "cpu"
     precision: str = "fp32"
+    aggregation: AggregationRule = field(default_factory=AggregationRule)
 
 
 @dataclass(frozen=True)
@@ -83,11 +90,34 @@ def _ordered(updates: Sequence[ClientUpdate], number: int) -> list[ClientUpdate]
 
 
 def aggregate(
-    params: Mapping[str, Tensor], updates: Sequence[ClientUpdate], number: int
+    params: Mapping[str, Tensor],
+    updates: Sequence[ClientUpdate],
+    number: int,
+    rule: AggregationRule = FEDAVG,
 ) -> dict[str, Tensor]:
-    """w_{t+1} = w_t + FedAvg of the round's updates, weighted by their sample counts."""
+    """w_{t+1} = w_t + the rule's aggregate of the round's updates (FedAvg: weighted by sample counts)."""
     ordered = _ordered(updates, number)
-    return apply_delta(params, fedavg([u.delta for u in ordered], [u.num_samples for u in ordered]))
+    counts = [u.num_samples for u in ordered]
+    if rule.name == "fedavg":
+        return apply_delta(params, fedavg([u.delta for u in ordered], counts))
+    return apply_delta(params, robust_aggregate(rule, [u.delta for u in ordered], counts))
+
+
+def robust_aggregate(
+    rule: AggregationRule, deltas: Sequence[Mapping[str, Tensor]], counts: Sequence[int]
+) -> dict[str, Tensor]:
+    """The rule's aggregate of all the deltas, computed in float64 as the round game computes a coalition."""
+    names = list(deltas[0])
+    matrices = {n: torch.stack([d[n].reshape(-1).to(torch.float64) for d in deltas]) for n in names}
+    everyone = torch.ones((1, len(deltas)), dtype=torch.bool)
+    if rule.coordinatewise:
+        flat = {n: rule.combine(everyone, matrix)[0] for n, matrix in matrices.items()}
+    else:
+        distances = pairwise_distances(list(matrices.values())) if rule.selects else None
+        weights = torch.tensor([float(c) for c in counts], dtype=torch.float64)
+        coeffs = rule.coefficients(everyone, weights, distances)
+        flat = {n: (coeffs @ matrix)[0] for n, matrix in matrices.items()}
+    return {n: flat[n].reshape(deltas[0][n].shape).to(deltas[0][n].dtype) for n in names}
 
 
 def value_updates(
@@ -118,6 +148,7 @@ def value_updates(
         validation.x,
         validation.y,
         metric=game_settings.metric,
+        aggregation=game_settings.aggregation,
         device=game_settings.device,
         precision=game_settings.precision,
     )
@@ -140,7 +171,7 @@ def step_round(
 ) -> RoundOutcome:
     """Aggregate the round's updates with FedAvg and value them, one after the other (inline)."""
     started = time.perf_counter()
-    new_params = aggregate(params, updates, number)
+    new_params = aggregate(params, updates, number, game_settings.aggregation)
     aggregated = time.perf_counter()
     values = value_updates(model, params, updates, validation, number, spec, accounting, game_settings)
     return RoundOutcome(

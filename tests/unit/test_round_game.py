@@ -403,7 +403,7 @@ def test_bad_inputs_raise_clear_errors(rounds: dict[str, Round]) -> None:
         (lambda: RoundGame(model, g, d, counts, x, y[:-1]), "matching non-empty x and y"),
         (lambda: RoundGame(model, g, d, counts, x[:0], y[:0]), "matching non-empty x and y"),
         (lambda: RoundGame(model, g, d, counts, x, y, metric="f1"), "unknown metric 'f1'"),
-        (lambda: RoundGame(model, g, d, counts, x, y, aggregation="median"), "unknown aggregation 'median'"),
+        (lambda: RoundGame(model, g, d, counts, x, y, aggregation="geo"), "unknown aggregation 'geo'"),
         (lambda: RoundGame(model, g, d, counts, x, y, mode="turbo"), "unknown mode 'turbo'"),
         (lambda: RoundGame(model, g, d, counts, x, y, server_lr=0.0), "server_lr"),
         (lambda: RoundGame(model, g, d, counts, x, y, server_lr=-1.0), "server_lr"),
