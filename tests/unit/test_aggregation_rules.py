@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -102,7 +103,7 @@ def test_the_game_of_every_rule_scores_the_coordinators_aggregate(name: str) -> 
 
 
 def test_median_keeps_a_million_fold_attacker_from_steering_the_run() -> None:
-    settings = {
+    settings: dict[str, Any] = {
         "participants": 6,
         "fraction": 1.0,
         "rounds": 3,
@@ -110,9 +111,9 @@ def test_median_keeps_a_million_fold_attacker_from_steering_the_run() -> None:
         "validation_size": 300,
         "seed": 2,
     }
-    honest = run_demo(DemoConfig(**settings, valuation="none"))  # type: ignore[arg-type]
+    honest = run_demo(DemoConfig(**settings, valuation="none"))
     attacked = run_demo(
-        DemoConfig(  # type: ignore[arg-type]
+        DemoConfig(
             **settings,
             valuation="none",
             corrupt="3=scale:1e6",
