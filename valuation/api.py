@@ -151,9 +151,15 @@ def measure_cost(game: Game) -> float:
 
 
 def plan_game(game: Game, spec: ValuationSpec) -> Plan:
-    """plan() for this game; with spec.budget_seconds the cost per coalition is measured on it first."""
-    cost = measure_cost(game) if spec.budget_seconds is not None else None
-    result = plan(game.m, spec, cost)
+    """plan() for this game; with spec.budget_seconds the cost per coalition is measured on it first,
+    and the time the measuring took (the game's set-up included) comes off the time budget."""
+    if spec.budget_seconds is None:
+        result = plan(game.m, spec)
+    else:
+        started = time.perf_counter()
+        cost = measure_cost(game)
+        left = max(spec.budget_seconds - (time.perf_counter() - started), 0.0)
+        result = plan(game.m, dataclasses.replace(spec, budget_seconds=max(left, 1e-9)), cost)
     if spec.method == "auto":
         logger.info("auto: m=%d %s", game.m, result)
     return result
