@@ -53,6 +53,8 @@ class RealRound:
     x_val: Tensor
     y_val: Tensor
     describe: str
+    device: str = "cpu"
+    precision: str = "fp32"
 
     @property
     def m(self) -> int:
@@ -71,6 +73,8 @@ class RealRound:
             self.x_val[:n],
             self.y_val[:n],
             mode=mode,
+            device=self.device,
+            precision=self.precision,
         )
 
 
@@ -304,6 +308,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="seconds (all repeats) a sampling cell may take, else larger eps (default 75; 10 with --quick)",
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    parser.add_argument("--device", default="cpu", help="where round games compute: cpu | cuda[:N] | auto")
+    parser.add_argument("--precision", default="fp32", help="fp32 | tf32 | bf16 (see docs/valuation.md)")
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
@@ -335,6 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cifar = train_round(
         "cnn_cifar", to_cifar_shape(x_tr), y_tr, to_cifar_shape(x_val), y_val, participants=10
     )
+    for rnd in (mlp, cnn, cifar):
+        rnd.device, rnd.precision = args.device, args.precision
+    print(f"round games on {args.device} in {args.precision}")
     print("rounds (real local training on the embedded MNIST sample):")
     for rnd in (mlp, cnn, cifar):
         print(f"  {rnd.describe}")
