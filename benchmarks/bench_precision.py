@@ -60,9 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     base_u, base_v, _ = results["fp32"]
     n = int(rnd.y_val.shape[0])
     print(f"{2**args.players} coalitions of a {args.players}-participant round, {n} validation images\n")
-    print(
-        f"{'precision':<10} {'seconds':>8} {'changed':>8} {'median flips':>13} {'max flips':>10} {'max |dvalue|':>13}"
-    )
+    header = ("precision", "seconds", "changed", "median flips", "max flips", "max |dvalue|")
+    print("{:<10} {:>8} {:>8} {:>13} {:>10} {:>13}".format(*header))
     for precision, (u, v, seconds) in results.items():
         flips = np.rint(np.abs(u - base_u) * n)
         print(
