@@ -105,7 +105,7 @@ class RunConfig:
         metadata={"help": "bound on an update's L2 norm (0 = --update-norm-multiple x the round's median)"},
     )
     update_norm_multiple: float = field(
-        default=3.0, metadata={"help": "the adaptive bound, as a multiple of the round's median norm"}
+        default=2.0, metadata={"help": "the adaptive bound, as a multiple of the round's median norm"}
     )
     corrupt: str = field(
         default="", metadata={"help": "per-rank corruptions, e.g. '0-3=flip:0.1;7=backdoor'"}

@@ -26,7 +26,7 @@ class NormBound:
 
     policy: str = "clip"
     bound: float = 0.0
-    multiple: float = 3.0
+    multiple: float = 2.0
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
