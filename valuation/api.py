@@ -196,16 +196,27 @@ def shapley_values(
     utility: Game | Callable[[frozenset[int]], float],
     m: int | None = None,
     spec: ValuationSpec | None = None,
+    *,
+    budget: int | None = None,
+    budget_seconds: float | None = None,
 ) -> ValuationResult:
     """Values of the m players of `utility` (a Game, or a callable on frozensets of indices 0..m-1).
 
-    `spec` (default ValuationSpec(): "auto", eps = delta = 0.05) says which method and what budget.
-    The result's `.method` is the method actually used; `.evaluations` counts the distinct coalitions
-    this call evaluated (never more than the plan's budget for a sampling method).
+    `spec` (default ValuationSpec(): "auto", eps = delta = 0.05) says which method and what budget;
+    `budget` (distinct utility evaluations, never exceeded) and `budget_seconds` (time, measured on
+    the game) override the spec's. The result's `.method` is the method actually used;
+    `.evaluations` counts the distinct coalitions this call evaluated.
     """
     if m is not None:
         m = _check_players(m)
-    return run_spec(as_game(utility, m), spec or ValuationSpec())
+    spec = spec or ValuationSpec()
+    if budget is not None or budget_seconds is not None:
+        spec = dataclasses.replace(
+            spec,
+            budget=spec.budget if budget is None else budget,
+            budget_seconds=spec.budget_seconds if budget_seconds is None else budget_seconds,
+        )
+    return run_spec(as_game(utility, m), spec)
 
 
 __all__ = ["SAMPLING_METHODS", "Plan", "make_estimator", "plan", "plan_game", "run_spec", "shapley_values"]

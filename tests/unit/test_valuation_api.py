@@ -92,6 +92,17 @@ def test_plan_budgets() -> None:
     assert plan(12, ValuationSpec(method="loo")).evaluations == 14
 
 
+def test_budgets_as_keywords_override_the_spec() -> None:
+    utility, m, _ = additive(list(np.linspace(0.01, 0.2, 16)))
+    result = shapley_values(utility, m, ValuationSpec(method="svarm", budget=5_000), budget=300)
+    assert result.method == "svarm" and result.evaluations <= 300
+    assert result.extra["plan"]["evaluations"] == 300
+    fast = shapley_values(CallableGame(utility, m), budget_seconds=60.0)
+    assert fast.method == "exact"  # 2^16 lookups of an additive table fit a minute anywhere
+    with pytest.raises(ValueError, match="budget"):
+        shapley_values(utility, m, budget=1)
+
+
 def test_a_time_budget_caps_evaluations_by_the_measured_cost() -> None:
     spec = ValuationSpec(budget_seconds=1.0)
     assert plan(12, spec, seconds_per_evaluation=1e-3) == Plan(12, "auto", AUTO_SAMPLER, 1000, 1e-3)
