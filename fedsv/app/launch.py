@@ -119,7 +119,8 @@ class Launch:
         more compute threads than cores make every parallel region spin (tens of times slower)."""
         if self.launch.threads > 0:
             return self.launch.threads
-        return max(1, len(os.sched_getaffinity(0)) // (self.participant_processes() + 1))
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, cpus // (self.participant_processes() + 1))
 
     def participant_processes(self) -> int:
         return min(self.launch.processes or min(self.run.participants, 4), self.run.participants)

@@ -57,7 +57,7 @@ def test_valuation_budgets_reach_the_spec_and_bad_ones_are_named() -> None:
 
 def test_launch_shares_the_cpus_among_its_processes() -> None:
     run = RunConfig(participants=20)
-    cpus = len(os.sched_getaffinity(0))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     assert Launch(run, LaunchConfig(processes=4)).threads_per_process() == max(1, cpus // 5)
     assert Launch(run, LaunchConfig(processes=4, threads=3)).threads_per_process() == 3
     assert Launch(RunConfig(participants=2), LaunchConfig()).participant_processes() == 2
