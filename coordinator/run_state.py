@@ -171,26 +171,33 @@ class RunState:
 
     def open_call(self, info: ParticipantInfo, rpc: str) -> None:
         """Count a call of `rpc` by the participant; RESOURCE_EXHAUSTED past max_streams at once."""
-        key = (info.participant_id, rpc)
         if rpc == "Subscribe" and info.num_samples == 0:
             raise Rejected(
                 "undeclared_samples", f"{info.participant_id} must declare its sample count at Join"
             )
-        with self.cond:
-            if self.open_calls[key] >= self.max_streams:
-                raise Rejected(
-                    "too_many_streams",
-                    f"{info.participant_id} already has {self.open_calls[key]} {rpc} calls open",
-                )
-            self.open_calls[key] += 1
-            self.cond.notify_all()
+        self.open_stream(info.participant_id, rpc)
         if rpc == "Subscribe" and self.on_connected is not None:
             self.on_connected(self.connected())
 
-    def close_call(self, info: ParticipantInfo, rpc: str) -> None:
+    def open_stream(self, pid: str, rpc: str) -> None:
+        """Count a call of `rpc` by the identity `pid` (joined or not: a TLS certificate names it
+        before the call sends anything); RESOURCE_EXHAUSTED past max_streams at once."""
+        key = (pid, rpc)
         with self.cond:
-            self.open_calls[(info.participant_id, rpc)] -= 1
+            if self.open_calls[key] >= self.max_streams:
+                raise Rejected(
+                    "too_many_streams", f"{pid} already has {self.open_calls[key]} {rpc} calls open"
+                )
+            self.open_calls[key] += 1
             self.cond.notify_all()
+
+    def close_stream(self, pid: str, rpc: str) -> None:
+        with self.cond:
+            self.open_calls[(pid, rpc)] -= 1
+            self.cond.notify_all()
+
+    def close_call(self, info: ParticipantInfo, rpc: str) -> None:
+        self.close_stream(info.participant_id, rpc)
         if rpc == "Subscribe" and self.on_connected is not None:
             self.on_connected(self.connected())
 

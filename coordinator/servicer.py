@@ -149,6 +149,30 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
         self, request_iterator: Iterator[fedsv_pb2.UpdateMessage], context: grpc.ServicerContext
     ) -> fedsv_pb2.SubmitReply:
         number = self.state.current_round_number()
+        peer = peer_identity(context.auth_context())
+        if peer is not None:
+            # Mutual TLS: the certificate names the caller before it sends anything, so its
+            # per-participant stream limit applies now; a stream that never sends its header holds
+            # one of that identity's slots, never the capacity honest participants need.
+            try:
+                self.state.open_stream(peer, "SubmitUpdate")
+            except Rejected as exc:
+                self._refuse(context, exc.reason, str(exc))
+        try:
+            return self._submit(number, peer, request_iterator, context)
+        finally:
+            if peer is not None:
+                self.state.close_stream(peer, "SubmitUpdate")
+
+    def _submit(
+        self,
+        number: int,
+        peer: str | None,
+        request_iterator: Iterator[fedsv_pb2.UpdateMessage],
+        context: grpc.ServicerContext,
+    ) -> fedsv_pb2.SubmitReply:
+        """Read the header, authenticate it (and count the call, when TLS did not name the caller),
+        then the update."""
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("kind") != "header":
             self._refuse(context, "bad_header", "an update must start with a header")
@@ -157,13 +181,14 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
         # attacker's round numbers would otherwise create traffic rows that are never collected).
         self._count(number, "SubmitUpdate", "up", first)
         try:
-            peer = peer_identity(context.auth_context())
             info = self.state.authenticate(header.participant_id, header.session_token, peer)
-            self.state.open_call(info, "SubmitUpdate")
+            if peer is None:  # no certificate named the caller: its limit applies from its header
+                self.state.open_call(info, "SubmitUpdate")
             try:
                 self._receive_update(info, header, request_iterator)
             finally:
-                self.state.close_call(info, "SubmitUpdate")
+                if peer is None:
+                    self.state.close_call(info, "SubmitUpdate")
         except (Rejected, WireError) as exc:
             self._refuse(context, exc.reason, str(exc))
         reply = fedsv_pb2.SubmitReply(

@@ -43,6 +43,8 @@ RETRYABLE = {
     grpc.StatusCode.UNAUTHENTICATED,  # our session token was replaced: join again
     grpc.StatusCode.RESOURCE_EXHAUSTED,  # too many calls at once (e.g. our old stream still closing)
 }
+# An update refused for these is sent again, with backoff, while its round is open.
+RESUBMIT = {grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE}
 # A Join refused for who we are (credential, token, certificate) will be refused again: give up.
 JOIN_REFUSED = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
 
@@ -236,15 +238,28 @@ class RankWorker:
             for chunk in iter_chunks(header, payloads):
                 yield fedsv_pb2.UpdateMessage(chunk=chunk)
 
-        timeout = max(5.0, task.deadline_unix_ms / 1000 - time.time() + 30)
-        try:
-            stub.SubmitUpdate(messages(), timeout=timeout)
-            self.rounds_trained.append(task.round)
-            logger.info("rank %d: round %d delta sent (%.2fs training)", self.rank, task.round, seconds)
-        except grpc.RpcError as exc:
-            code = exc.code()
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-                raise
-            logger.warning(
-                "rank %d: round %d update rejected: %s %s", self.rank, task.round, code, exc.details()
-            )
+        deadline = task.deadline_unix_ms / 1000
+        backoff = Backoff(first=0.2, cap=2.0, seed=self.rank)
+        while True:
+            try:
+                stub.SubmitUpdate(messages(), timeout=max(5.0, deadline - time.time() + 30))
+                self.rounds_trained.append(task.round)
+                logger.info("rank %d: round %d delta sent (%.2fs training)", self.rank, task.round, seconds)
+                return
+            except grpc.RpcError as exc:
+                code = exc.code()
+                delay = backoff.next()
+                if code in RESUBMIT and time.time() + delay < deadline and not self.stop.is_set():
+                    # Refused for capacity (RESOURCE_EXHAUSTED) or not reached (UNAVAILABLE): the
+                    # round is still open, so the same update is sent again after a backoff.
+                    logger.info(
+                        "rank %d: round %d update %s; again in %.1fs", self.rank, task.round, code, delay
+                    )
+                    self.stop.wait(delay)
+                    continue
+                if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                    raise
+                logger.warning(
+                    "rank %d: round %d update rejected: %s %s", self.rank, task.round, code, exc.details()
+                )
+                return

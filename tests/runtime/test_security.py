@@ -383,3 +383,79 @@ def test_a_killed_tls_coordinator_resumes_and_participants_reconnect(tmp_path: P
         stop(coordinator, workers)
     assert rounds_in(state) == [1, 2, 3]
     assert "mutual TLS" in log.read_text()
+
+
+def test_header_less_streams_use_up_only_their_own_identitys_slots(mtls: Server, tls_dir: Path) -> None:
+    """Under mTLS the certificate names a SubmitUpdate caller before it sends anything: an attacker
+    holding p000's certificate opens streams that never send a header; past its 2 slots each is
+    refused at once, and p001's honest update goes through (it was refused when limits applied only
+    after the header and such streams filled the server's threads)."""
+    attacker, honest = _as(tls_dir, 0, mtls.port), _as(tls_dir, 1, mtls.port)
+    token = honest.Join(fedsv_pb2.JoinRequest(rank=1, world_size=4, num_samples=5), timeout=10).session_token
+    hold = threading.Event()
+
+    def nothing() -> Iterator[fedsv_pb2.UpdateMessage]:
+        hold.wait()
+        yield from ()
+
+    held = [attacker.SubmitUpdate.future(nothing(), timeout=60) for _ in range(2)]
+    deadline = time.time() + 60
+    while mtls.state.open_calls[("p000", "SubmitUpdate")] < 2:  # both streams reached the server
+        assert time.time() < deadline, "the held streams never reached the coordinator"
+        time.sleep(0.05)
+    refused = [attacker.SubmitUpdate.future(nothing(), timeout=60) for _ in range(20)]
+    for call in refused:
+        with pytest.raises(grpc.RpcError) as info:
+            call.result(timeout=60)
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert mtls.rejected("too_many_streams") == 20
+    assert _submit(honest, _update("p001", token, MODEL)) == grpc.StatusCode.OK
+    hold.set()
+    for call in held:
+        with pytest.raises(grpc.RpcError):
+            call.result(timeout=60)  # no header: INVALID_ARGUMENT once the stream ends
+
+
+def test_a_participant_refused_for_capacity_sends_its_update_again(tmp_path: Path, tls_dir: Path) -> None:
+    """p000's update slots are held by streams under its stolen certificate: its update is refused
+    RESOURCE_EXHAUSTED, and it sends it again with backoff until the round takes it."""
+    registry = CollectorRegistry()
+    run = RunConfig(participants=2, fraction=1.0, rounds=1, epochs=1, validation_size=100)
+    coordinator = Coordinator(run, _server_config(tmp_path, tls_dir=str(tls_dir)), registry=registry)
+    coordinator.start()
+    release = threading.Event()
+
+    def nothing() -> Iterator[fedsv_pb2.UpdateMessage]:
+        release.wait()
+        yield from ()
+
+    try:
+        target = f"localhost:{coordinator.port}"
+        thief = _stub(coordinator.port, channel_credentials(tls_dir, 0)[0])
+        held = [thief.SubmitUpdate.future(nothing(), timeout=120) for _ in range(2)]
+        workers = [RankWorker(target, r, 2, tls_dir=str(tls_dir), give_up_after=60) for r in range(2)]
+        results: dict[int, str] = {}
+        threads = [threading.Thread(target=lambda w=w: results.update({w.rank: w.run()})) for w in workers]
+        for thread in threads:
+            thread.start()
+        outcome: list[str] = []
+        loop = threading.Thread(target=lambda: outcome.append(coordinator.run()))
+        loop.start()
+        refused = ("fedsv_updates_rejected_total", {"reason": "too_many_streams"})
+        deadline = time.time() + 120
+        while not registry.get_sample_value(*refused):  # p000 tried and was refused
+            assert time.time() < deadline, "p000's update was never refused"
+            time.sleep(0.05)
+        release.set()
+        loop.join(timeout=120)
+        assert outcome == ["finished"]
+        for thread in threads:
+            thread.join(timeout=60)
+        assert results == {0: "finished", 1: "finished"}
+        assert coordinator.ledger.rounds()[0].received == ["p000", "p001"]
+        for call in held:
+            with pytest.raises(grpc.RpcError):
+                call.result(timeout=60)
+    finally:
+        release.set()
+        coordinator.stop()
