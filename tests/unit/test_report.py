@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fedsv.app.cli import main as fedsv_main
 from fedsv.app.report import build_report, format_table, write_outputs
 from fedsv.coordinator.ledger import Checkpoint, Ledger, TrafficRow, UpdateRow, ValueRow
 from fedsv.valuation import FederatedValuation, RoundValues
@@ -124,3 +126,15 @@ def test_missing_run_dir_or_ledger_is_a_one_line_value_error(tmp_path: Path) -> 
     with pytest.raises(ValueError, match=r"no ledger\.sqlite") as no_ledger:
         write_outputs(tmp_path)
     assert "\n" not in str(no_ledger.value)
+
+
+def test_an_inconsistent_ledger_is_a_one_line_error(
+    run_dir: tuple[Path, FederatedValuation], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A value row of a round the ledger has no record of (an orphan) is named, not a KeyError."""
+    directory, _ = run_dir
+    with sqlite3.connect(directory / "ledger.sqlite") as conn:
+        conn.execute("DELETE FROM rounds WHERE round = 2")  # its value rows stay behind: orphans
+    assert fedsv_main(["report", str(directory)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedsv report: error:") and "\n" not in err and "round 2" in err, err
