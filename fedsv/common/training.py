@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from fedsv.valuation.round_inputs import federated_state
+
 ArrayOrTensor = np.ndarray | Tensor
 
 
@@ -57,25 +59,15 @@ def to_tensors(x: ArrayOrTensor, y: ArrayOrTensor) -> tuple[Tensor, Tensor]:
     return xt, yt
 
 
-def _state(model: nn.Module) -> dict[str, Tensor]:
-    """The model's own federated tensors (not copies): named parameters, then float buffers."""
-    persistent = model.state_dict(keep_vars=True)
-    state: dict[str, Tensor] = dict(model.named_parameters())
-    for name, buffer in model.named_buffers():
-        if buffer.is_floating_point() and name in persistent:
-            state[name] = buffer
-    return state
-
-
 def params_of(model: nn.Module) -> dict[str, Tensor]:
     """Detached clones of the model's federated state: named parameters and floating-point buffers.
 
     This is what travels and is averaged: w_t, the deltas (local_update), FedAvg. Buffers go by their
     state_dict names; floating-point ones (BatchNorm's running_mean, running_var) are averaged like
     parameters. Integer buffers (num_batches_tracked) and non-persistent buffers stay local to each
-    copy of the model and never travel. fedsv.valuation.round_inputs.federated_state is the same rule.
+    copy of the model and never travel (fedsv.valuation.round_inputs.federated_state).
     """
-    return {name: t.detach().clone() for name, t in _state(model).items()}
+    return {name: t.detach().clone() for name, t in federated_state(model).items()}
 
 
 def _check_keys(what: str, expected: Mapping[str, Tensor], got: Mapping[str, Tensor]) -> None:
@@ -87,7 +79,7 @@ def _check_keys(what: str, expected: Mapping[str, Tensor], got: Mapping[str, Ten
 
 def load_params(model: nn.Module, params: Mapping[str, Tensor]) -> None:
     """Copy `params` into the model's parameters and float buffers in place (names and shapes must match)."""
-    own = _state(model)
+    own = federated_state(model)
     _check_keys("load_params", own, params)
     with torch.no_grad():
         for name, p in own.items():
@@ -187,7 +179,7 @@ def local_update(
                     optimizer.step()
     finally:
         model.train(was_training)
-    return {name: (t.detach() - start[name]).to(t.dtype) for name, t in _state(model).items()}
+    return {name: (t.detach() - start[name]).to(t.dtype) for name, t in federated_state(model).items()}
 
 
 @torch.no_grad()
@@ -199,7 +191,7 @@ def predict(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     xt = torch.as_tensor(x, dtype=torch.float32)
     if params is not None:
-        _check_keys("predict", _state(model), params)
+        _check_keys("predict", federated_state(model), params)
     device = _model_device(model)
     was_training = model.training
     model.eval()
