@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsv.valuation.border import border_rows, interior_sizes
-from fedsv.valuation.budget import EvaluationBudget, check_budget, require_border
+from fedsv.valuation.border import interior_sizes
+from fedsv.valuation.budget import check_budget
 from fedsv.valuation.game import BoolMatrix, FloatArray, Game
 from fedsv.valuation.permutation import single_player_result
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.strata import StratumMeans, sample_strata
-from fedsv.valuation.svarm import efficient, evaluate_border
+from fedsv.valuation.svarm import begin, efficient
 
 PAIRS_SAMPLES_PER_PARAMETER = 2.0
 """surrogate="auto" fits the products z_i z_j only with at least this many coalitions per parameter."""
@@ -139,30 +139,25 @@ class RegressionMSR:
         before = game.evaluations
         if m == 1:
             return single_player_result(game, self.method, before, {})
-        require_border(self.budget, m, self.method)
-        budget = EvaluationBudget(game, self.budget)
-        sizes, empty, grand = evaluate_border(budget)
-        border = border_rows(m, sizes)
-        border_u = game.utilities(border)  # cached: costs nothing
-        rows, utilities = sample_strata(budget, interior_sizes(m, sizes), np.random.default_rng(self.seed))
-        folds = (
-            [np.arange(rows.shape[0])] if not self.cross_fit else np.array_split(np.arange(rows.shape[0]), 2)
+        budget, border = begin(game, self.budget, self.method)
+        rows, utilities = sample_strata(
+            budget, interior_sizes(m, border.sizes), np.random.default_rng(self.seed)
         )
+        everything = np.arange(rows.shape[0])
+        folds = np.array_split(everything, 2) if self.cross_fit else [everything]
         estimates, errors = [], []
         for k, held_out in enumerate(folds):
             fit_on = (
-                np.concatenate([f for j, f in enumerate(folds) if j != k]) if len(folds) > 1 else held_out
+                np.concatenate([f for j, f in enumerate(folds) if j != k]) if self.cross_fit else held_out
             )
-            kind = self.surrogate_for(m, border.shape[0] + fit_on.shape[0])
+            kind = self.surrogate_for(m, border.rows.shape[0] + fit_on.shape[0])
             coef = fit_surrogate(
-                np.concatenate([border, rows[fit_on]]), np.concatenate([border_u, utilities[fit_on]]), kind
+                np.concatenate([border.rows, rows[fit_on]]),
+                np.concatenate([border.utilities, utilities[fit_on]]),
+                kind,
             )
             strata = StratumMeans(m)
-            for s in sizes:
-                pick = border.sum(axis=1) == s
-                strata.add_exact(
-                    s, border[pick], border_u[pick] - surrogate_features(border[pick], kind) @ coef
-                )
+            strata.add_exact(border.rows, border.utilities - surrogate_features(border.rows, kind) @ coef)
             held = rows[held_out]
             strata.add(held, utilities[held_out] - surrogate_features(held, kind) @ coef)
             residual = strata.estimate()
@@ -171,12 +166,12 @@ class RegressionMSR:
         values = np.mean(estimates, axis=0)
         stderr = np.sqrt(np.mean(np.square(errors), axis=0) / len(folds))
         return ValuationResult(
-            values=efficient(values, grand - empty),
+            values=efficient(values, border.grand - border.empty),
             evaluations=game.evaluations - before,
             method=self.method,
             stderr=stderr,
-            utility_empty=empty,
-            utility_grand=grand,
+            utility_empty=border.empty,
+            utility_grand=border.grand,
             samples=int(rows.shape[0]),
-            extra={"border_sizes": sizes, "cross_fit": self.cross_fit, "surrogate": kind},
+            extra={"border_sizes": border.sizes, "cross_fit": self.cross_fit, "surrogate": kind},
         )

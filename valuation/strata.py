@@ -53,10 +53,11 @@ class StratumMeans:
             self.sum_out[:, s] += v @ (1.0 - rows)
             self.sq_out[:, s] += (v * v) @ (1.0 - rows)
 
-    def add_exact(self, size: int, members: BoolMatrix, values: FloatArray) -> None:
-        """Add ALL coalitions of one size: those strata are then known exactly (zero variance)."""
+    def add_exact(self, members: BoolMatrix, values: FloatArray) -> None:
+        """Add ALL coalitions of the sizes in `members` (whole border strata): those strata are then
+        known exactly (zero variance)."""
         self.add(members, values)
-        self.exact_sizes.add(int(size))
+        self.exact_sizes.update(int(s) for s in np.unique(np.asarray(members, dtype=bool).sum(axis=1)))
 
     def estimate(self) -> Estimate:
         """Shapley values from the strata. A player's empty stratum takes the mean of all coalitions of

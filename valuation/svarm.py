@@ -2,34 +2,45 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from fedsv.valuation.border import border_sizes, coalitions_of_size, interior_sizes
+from fedsv.valuation.border import border_rows, border_sizes, interior_sizes
 from fedsv.valuation.budget import EvaluationBudget, check_budget, require_border
-from fedsv.valuation.game import FloatArray, Game
+from fedsv.valuation.game import BoolMatrix, FloatArray, Game
 from fedsv.valuation.permutation import single_player_result
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.strata import Estimate, StratumMeans, sample_strata
 
 
-def evaluate_border(
-    budget: EvaluationBudget, strata: StratumMeans | None = None
-) -> tuple[list[int], float, float]:
-    """Evaluate every coalition of the border sizes (border_sizes of the budget's limit); add them to
-    `strata` as exact strata when given. Returns the sizes, U(empty) and U(all)."""
+@dataclass(frozen=True)
+class Border:
+    """The border coalitions (every coalition of `sizes`), evaluated exactly, and U(empty), U(all)."""
+
+    sizes: list[int]
+    rows: BoolMatrix
+    utilities: FloatArray
+    empty: float
+    grand: float
+
+
+def evaluate_border(budget: EvaluationBudget) -> Border:
+    """Evaluate every coalition of the border sizes for the budget's limit (border.border_sizes)."""
     m = budget.game.m
     sizes = border_sizes(m, budget.limit)
-    empty = grand = float("nan")
-    for s in sizes:
-        rows = coalitions_of_size(m, s)
-        values = budget.utilities(rows)
-        if strata is not None:
-            strata.add_exact(s, rows, values)
-        if s == 0:
-            empty = float(values[0])
-        if s == m:
-            grand = float(values[0])
-    return sizes, empty, grand
+    rows = border_rows(m, sizes)
+    utilities = budget.utilities(rows)
+    sized = rows.sum(axis=1)
+    empty, grand = float(utilities[sized == 0][0]), float(utilities[sized == m][0])
+    return Border(sizes, rows, utilities, empty, grand)
+
+
+def begin(game: Game, limit: int, method: str) -> tuple[EvaluationBudget, Border]:
+    """A stratified estimator's first step: its budget on `game`, and the border evaluated."""
+    require_border(limit, game.m, method)
+    budget = EvaluationBudget(game, limit)
+    return budget, evaluate_border(budget)
 
 
 def efficient(values: FloatArray, gain: float) -> FloatArray:
@@ -63,20 +74,21 @@ class StratifiedSVARM:
         before = game.evaluations
         if m == 1:
             return single_player_result(game, self.method, before, {})
-        require_border(self.budget, m, self.method)
-        budget = EvaluationBudget(game, self.budget)
+        budget, border = begin(game, self.budget, self.method)
         strata = StratumMeans(m)
-        sizes, empty, grand = evaluate_border(budget, strata)
-        rows, utilities = sample_strata(budget, interior_sizes(m, sizes), np.random.default_rng(self.seed))
+        strata.add_exact(border.rows, border.utilities)
+        rows, utilities = sample_strata(
+            budget, interior_sizes(m, border.sizes), np.random.default_rng(self.seed)
+        )
         strata.add(rows, utilities)
         estimate: Estimate = strata.estimate()
         return ValuationResult(
-            values=efficient(estimate.values, grand - empty),
+            values=efficient(estimate.values, border.grand - border.empty),
             evaluations=game.evaluations - before,
             method=self.method,
             stderr=estimate.stderr,
-            utility_empty=empty,
-            utility_grand=grand,
+            utility_empty=border.empty,
+            utility_grand=border.grand,
             samples=int(rows.shape[0]),
-            extra={"border_sizes": sizes},
+            extra={"border_sizes": border.sizes},
         )
