@@ -75,12 +75,11 @@ class Game:
         if members.ndim != 2 or members.shape[1] != self.m:
             raise ValueError(f"membership matrix must have shape (B, {self.m}), got {members.shape}")
         fresh = np.zeros(members.shape[0], dtype=bool)
-        seen: set[bytes] = set()
-        for k, row in enumerate(np.packbits(members, axis=1)):
-            key = row.tobytes()
-            if key not in self._cache and key not in seen:
-                seen.add(key)
-                fresh[k] = True
+        if members.shape[0] == 0:
+            return fresh
+        unique, first = np.unique(np.packbits(members, axis=1), axis=0, return_index=True)
+        uncached = np.array([row.tobytes() not in self._cache for row in unique], dtype=bool)
+        fresh[first[uncached]] = True
         return fresh
 
     def utilities(self, members: BoolMatrix) -> FloatArray:

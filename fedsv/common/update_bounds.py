@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import torch
 from torch import Tensor
 
 from fedsv.common.round_step import ClientUpdate
@@ -50,8 +51,12 @@ class BoundedUpdates:
 
 def update_norm(delta: Mapping[str, Tensor]) -> float:
     """L2 norm of an update over all its floating-point tensors, accumulated in float64."""
-    total = sum(float(t.double().pow(2).sum()) for t in delta.values() if t.is_floating_point())
-    return math.sqrt(total)
+    norms = [
+        float(torch.linalg.vector_norm(t, dtype=torch.float64))
+        for t in delta.values()
+        if t.is_floating_point()
+    ]
+    return math.hypot(*norms)
 
 
 def round_bound(norms: Sequence[float], rule: NormBound) -> float:
