@@ -8,13 +8,16 @@ from math import factorial
 
 import numpy as np
 
-from fedsv.valuation.game import BoolMatrix, FloatArray, Game
+from fedsv.valuation.game import BoolMatrix, FloatArray, Game, members_of
 from fedsv.valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
 
 HARD_MAX_PLAYERS = 30
 """Beyond this the 2^m membership matrix alone does not fit in memory."""
+
+ENUMERATION_CHUNK = 2**20
+"""Coalitions handed to the game per call when enumerating all 2^m (bounds the host's membership rows)."""
 
 
 def all_coalitions(m: int) -> BoolMatrix:
@@ -57,8 +60,31 @@ def shapley_from_table(members: BoolMatrix, utilities: FloatArray) -> FloatArray
     return values
 
 
+def shapley_from_dense(table: FloatArray) -> FloatArray:
+    """Shapley values from a dense table of all 2^m utilities, table[b] = U(coalition with bitmask b).
+
+    s_i = sum_S c_i(S) U(S) with c_i(S) = w[|S|-1] if i is in S, else -w[|S|]; so
+    s_i = sum_{S contains i} (w[|S|-1] + w[|S|]) U(S) - sum_S w[|S|] U(S): one pass over half the
+    table per player, as a strided view (no membership matrix).
+    """
+    table = np.asarray(table, dtype=np.float64)
+    m = int(table.shape[0]).bit_length() - 1
+    if m < 1 or table.shape != (2**m,):
+        raise ValueError(f"need a table of 2^m utilities, got shape {table.shape}")
+    if not np.all(np.isfinite(table)):
+        raise ValueError("the utility table has missing or non-finite entries")
+    w = np.append(shapley_weights(m), 0.0)  # w[m] = 0: no coalition of size m lacks a player
+    sizes = np.zeros(2**m, dtype=np.int64)
+    for i in range(m):
+        sizes.reshape(-1, 2, 2**i)[:, 1, :] += 1
+    weighted_out = w[sizes] * table
+    both = (w[np.maximum(sizes - 1, 0)] + w[sizes]) * table
+    common = float(weighted_out.sum())
+    return np.array([float(both.reshape(-1, 2, 2**i)[:, 1, :].sum()) - common for i in range(m)])
+
+
 class ExactShapley:
-    """Exact Shapley values: utilities of all 2^m coalitions, one batched evaluation."""
+    """Exact Shapley values: utilities of all 2^m coalitions in bitmask order, ENUMERATION_CHUNK per call."""
 
     method = "exact"
 
@@ -79,11 +105,15 @@ class ExactShapley:
         m = game.m
         self.check(m)
         before = game.evaluations
-        members = all_coalitions(m)
-        utilities = game.utilities(members)
-        values = shapley_from_table(members, utilities)
-        empty, grand = float(utilities[0]), float(utilities[-1])
-        logger.debug("exact Shapley over %d coalitions of %d players", members.shape[0], m)
+        game.use_dense_table()
+        total = 2**m
+        for start in range(0, total, ENUMERATION_CHUNK):
+            game.utilities(members_of(np.arange(start, min(total, start + ENUMERATION_CHUNK)), m))
+        table = game.dense_table()
+        assert table is not None, "use_dense_table() gives the game a table"
+        values = shapley_from_dense(table)
+        empty, grand = float(table[0]), float(table[-1])
+        logger.debug("exact Shapley over %d coalitions of %d players", total, m)
         return ValuationResult(
             values=values,
             evaluations=game.evaluations - before,

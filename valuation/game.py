@@ -12,6 +12,30 @@ Subset = frozenset[int] | int
 
 BoolMatrix = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
+MaskArray = npt.NDArray[np.int64]
+
+DENSE_PLAYERS = 16
+"""Games of at most this many players memoize in a dense table from the start (2^16 floats: 512 KiB)."""
+
+MAX_DENSE_PLAYERS = 30
+"""The largest game a dense table may hold (2^30 floats: 8 GiB); exact enumeration stops well before."""
+
+
+def bitmasks(members: BoolMatrix) -> MaskArray:
+    """Bitmask of every row of a membership matrix with at most 62 columns (bit i = player i)."""
+    members = np.asarray(members, dtype=bool)
+    if members.shape[1] > 62:
+        raise ValueError(f"bitmasks hold at most 62 players, got {members.shape[1]}")
+    packed = np.packbits(members, axis=1, bitorder="little")
+    padded = np.zeros((members.shape[0], 8), dtype=np.uint8)
+    padded[:, : packed.shape[1]] = packed
+    return padded.view("<i8").reshape(-1).astype(np.int64, copy=False)
+
+
+def members_of(masks: MaskArray, m: int) -> BoolMatrix:
+    """Membership matrix (B, m) of bitmasks (the inverse of `bitmasks`)."""
+    as_bytes = np.ascontiguousarray(np.asarray(masks, dtype="<i8")).view(np.uint8).reshape(-1, 8)
+    return np.unpackbits(as_bytes, axis=1, count=m, bitorder="little").astype(bool)
 
 
 def subset_to_row(subset: Subset | Iterable[int], m: int) -> npt.NDArray[np.bool_]:
@@ -43,6 +67,10 @@ class Game:
     boolean membership matrix of shape (B, m). Estimators call `utilities(members)`, which
     evaluates each distinct coalition at most once over the game's lifetime; `evaluations`
     counts the distinct coalitions evaluated so far.
+
+    The memo is a dense table indexed by bitmask (NaN: not evaluated) for games of at most
+    DENSE_PLAYERS players, or once `use_dense_table()` was called (exact enumeration does): lookups
+    are then vectorized, with no Python work per coalition. Larger games memoize in a dict.
     """
 
     def __init__(self, m: int) -> None:
@@ -50,11 +78,32 @@ class Game:
             raise ValueError(f"a game needs at least one player, got m={m}")
         self.m = int(m)
         self._cache: dict[bytes, float] = {}
+        self._table: FloatArray | None = None
+        self._dense_count = 0
 
     @property
     def evaluations(self) -> int:
         """Number of distinct coalitions whose utility has been evaluated."""
-        return len(self._cache)
+        return self._dense_count + len(self._cache)
+
+    def use_dense_table(self) -> None:
+        """Memoize in a dense table of all 2^m coalitions from now on (what is cached moves into it)."""
+        if self._table is not None:
+            return
+        if self.m > MAX_DENSE_PLAYERS:
+            raise ValueError(f"a dense table holds at most {MAX_DENSE_PLAYERS} players, got m={self.m}")
+        table = np.full(2**self.m, np.nan, dtype=np.float64)
+        if self._cache:
+            keys = np.frombuffer(b"".join(self._cache), dtype=np.uint8).reshape(len(self._cache), -1)
+            rows = np.unpackbits(keys, axis=1, count=self.m).astype(bool)
+            table[bitmasks(rows)] = np.fromiter(self._cache.values(), dtype=np.float64, count=len(keys))
+        self._dense_count, self._cache, self._table = len(self._cache), {}, table
+
+    def dense_table(self) -> FloatArray | None:
+        """The dense memo (utility of bitmask b at index b, NaN where not evaluated), if the game has one."""
+        if self._table is None and self.m <= DENSE_PLAYERS:
+            self.use_dense_table()
+        return self._table
 
     def _evaluate(self, members: BoolMatrix) -> FloatArray:
         raise NotImplementedError
@@ -77,6 +126,12 @@ class Game:
         fresh = np.zeros(members.shape[0], dtype=bool)
         if members.shape[0] == 0:
             return fresh
+        table = self.dense_table()
+        if table is not None:
+            masks = bitmasks(members)
+            unique_masks, first_of = np.unique(masks, return_index=True)
+            fresh[first_of[np.isnan(table[unique_masks])]] = True
+            return fresh
         unique, first = np.unique(np.packbits(members, axis=1), axis=0, return_index=True)
         uncached = np.array([row.tobytes() not in self._cache for row in unique], dtype=bool)
         fresh[first[uncached]] = True
@@ -89,21 +144,43 @@ class Game:
             raise ValueError(f"membership matrix must have shape (B, {self.m}), got {members.shape}")
         if members.shape[0] == 0:
             return np.zeros(0, dtype=np.float64)
+        table = self.dense_table()
+        if table is not None:
+            return self._dense_utilities(table, members)
         packed = np.packbits(members, axis=1)
         unique_packed, inverse = np.unique(packed, axis=0, return_inverse=True)
         keys = [row.tobytes() for row in unique_packed]
         missing = [k for k, key in enumerate(keys) if key not in self._cache]
         if missing:
             rows = np.unpackbits(unique_packed[missing], axis=1, count=self.m).astype(bool)
-            values = np.asarray(self._evaluate(rows), dtype=np.float64)
-            if values.shape != (len(missing),):
-                raise RuntimeError(f"game returned {values.shape} utilities for {len(missing)} coalitions")
-            if not np.all(np.isfinite(values)):
-                raise ValueError("utility returned a non-finite value")
+            values = self._checked(rows)
             for k, value in zip(missing, values, strict=True):
                 self._cache[keys[k]] = float(value)
         unique_values = np.array([self._cache[key] for key in keys], dtype=np.float64)
         return unique_values[np.asarray(inverse).reshape(-1)]
+
+    def _dense_utilities(self, table: FloatArray, members: BoolMatrix) -> FloatArray:
+        masks = bitmasks(members)
+        found = table[masks]
+        missing = np.isnan(found)
+        if not missing.any():
+            return found
+        new_masks = masks[missing]
+        if new_masks.shape[0] > 1 and not np.all(new_masks[1:] > new_masks[:-1]):  # enumeration: sorted
+            new_masks = np.unique(new_masks)
+        values = self._checked(members_of(new_masks, self.m))
+        table[new_masks] = values
+        self._dense_count += len(new_masks)
+        return table[masks]
+
+    def _checked(self, rows: BoolMatrix) -> FloatArray:
+        """The subclass's utilities of `rows`, checked: one finite value per row."""
+        values = np.asarray(self._evaluate(rows), dtype=np.float64)
+        if values.shape != (rows.shape[0],):
+            raise RuntimeError(f"game returned {values.shape} utilities for {rows.shape[0]} coalitions")
+        if not np.all(np.isfinite(values)):
+            raise ValueError("utility returned a non-finite value")
+        return values
 
     def utility(self, subset: Subset) -> float:
         """Utility of one coalition (frozenset of indices or bitmask)."""
