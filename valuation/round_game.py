@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 MODES = ("fast", "batched", "naive")
 
+MAX_CUDA_BATCH = 4096
+"""Most coalitions per head batch on CUDA (fewer launches; the working set bounds it first)."""
+
 
 class RoundGame(Game):
     """The federated-SV game of one round, evaluated on a validation set.
@@ -292,9 +295,6 @@ class RoundGame(Game):
     def _head_logits(self, c: Tensor, base: Tensor, per_delta: Tensor) -> Tensor:
         """Logits (B, n, classes) of B coalitions with coefficients c from a chunk's stem outputs."""
         split = self._split_or_fail()
-        h = torch.addmm(base.reshape(1, -1), c, per_delta.reshape(self.m, -1)).reshape(
-            c.shape[0], *base.shape
-        )
         names = split.head_names
         if self._use_stacked:
 
@@ -302,8 +302,18 @@ class RoundGame(Game):
                 with self._exact():
                     return self._stacked_one(names[name], c)
 
+            first = 0
+            if len(split.head) and isinstance(split.head[0], nn.ReLU):  # ReLU fused into the stem's sum (cuBLASLt epilogue)
+                h = torch._addmm_activation(base.reshape(-1), c, per_delta.reshape(self.m, -1))
+                first = 1
+            else:
+                h = torch.addmm(base.reshape(1, -1), c, per_delta.reshape(self.m, -1))
             with self._autocast():
-                return stacked_head.run_stacked(split.head, param, h)
+                return stacked_head.run_stacked(split.head, param, h.reshape(c.shape[0], *base.shape), first)
+
+        h = torch.addmm(base.reshape(1, -1), c, per_delta.reshape(self.m, -1)).reshape(
+            c.shape[0], *base.shape
+        )
 
         def run_head(state: dict[str, Tensor], inputs: Tensor) -> Tensor:
             return functional_call(split.head, state, (inputs,))
@@ -316,13 +326,17 @@ class RoundGame(Game):
         """(validation samples per stem chunk, coalitions per head batch) of mode "fast"."""
         head = self._split_or_fail().head
         features = self._stem_floats()
+        cuda = self.device.type == "cuda"
         if any(isinstance(layer, nn.Conv2d) for layer in head.modules()):
-            # Convolutions run one coalition at a time (see stacked_head): big sample chunks, few coalitions.
             chunk = max(1, min(self.inputs.num_samples, self._budget_floats // (8 * features * (self.m + 1))))
-            return chunk, 4
-        # Matmul heads: keep a batch's activations cache-sized.
+            if not cuda:  # one convolution per coalition (stacked_head): big sample chunks, few coalitions
+                return chunk, 4
+            # One grouped convolution per batch: as many coalitions as a working set of activations holds.
+            return chunk, max(4, min(MAX_CUDA_BATCH, self._working_set // (4 * chunk * features)))
+        # Matmul heads: keep a batch's activations cache-sized (on CUDA: a working set of device memory).
         chunk = max(1, min(self.inputs.num_samples, self._working_set // (16 * features)))
-        return chunk, max(1, min(256, self._working_set // (chunk * features)))
+        cap = MAX_CUDA_BATCH if cuda else 256
+        return chunk, max(1, min(cap, self._working_set // (chunk * features)))
 
     def prepare(self) -> None:
         """Compute the round's stem outputs now (mode "fast", when they fit the memory budget)."""

@@ -44,9 +44,23 @@ def _linear(h: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 def _conv2d(h: Tensor, layer: nn.Conv2d, weight: Tensor, bias: Tensor | None) -> Tensor:
     """h (B, n, C, H, W) with per-coalition weights (B, out, C/g, k, k) -> (B, n, out, H', W').
 
-    One ordinary convolution per coalition: CPU backends run a plain convolution far faster than the
-    equivalent grouped one with B groups.
+    On CUDA one grouped convolution for all B coalitions (cuDNN runs it as B independent ones, in one
+    launch); on the CPU one ordinary convolution per coalition, which CPU backends run far faster than
+    the equivalent grouped one with B groups.
     """
+    if h.is_cuda:
+        b, n = h.shape[:2]
+        merged = h.transpose(0, 1).reshape(n, b * h.shape[2], *h.shape[3:])  # (n, B*C, H, W)
+        out = F.conv2d(
+            merged,
+            weight.reshape(-1, *weight.shape[2:]),
+            None if bias is None else bias.reshape(-1),
+            stride=layer.stride,
+            padding=layer.padding,
+            dilation=layer.dilation,
+            groups=layer.groups * b,
+        )
+        return out.reshape(n, b, -1, *out.shape[2:]).transpose(0, 1)
     outs = [
         F.conv2d(
             h[b],
@@ -62,10 +76,13 @@ def _conv2d(h: Tensor, layer: nn.Conv2d, weight: Tensor, bias: Tensor | None) ->
     return torch.stack(outs)
 
 
-def run_stacked(head: nn.Sequential, param: ParamFn, h: Tensor) -> Tensor:
-    """Forward h (B, n, *features) through the head in eval mode, coalition b using param(...)[b]."""
+def run_stacked(head: nn.Sequential, param: ParamFn, h: Tensor, first: int = 0) -> Tensor:
+    """Forward h (B, n, *features) through the head's layers from index `first` on, in eval mode,
+    coalition b using param(...)[b]."""
     b, n = h.shape[:2]
     for index, layer in enumerate(head):
+        if index < first:
+            continue
         if isinstance(layer, (nn.Linear, nn.Conv2d)):
             weight = param(f"{index}.weight")
             bias = param(f"{index}.bias") if layer.bias is not None else None
