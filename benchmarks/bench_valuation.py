@@ -22,6 +22,7 @@ from fedsv.common.models import build_model
 from fedsv.common.partition import partition_indices
 from fedsv.common.training import TrainConfig, apply_delta, fedavg, local_update, params_of
 from fedsv.valuation import RoundGame, plan, shapley_values
+from fedsv.valuation.device import resolve_device
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.spec import ValuationSpec
 
@@ -290,6 +291,8 @@ def run_sampling(
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    import gpu_exact  # imported here: it imports this module
+
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--repeats", type=int, default=None, help="timed repeats per cell (default 3; 1 with --quick)"
@@ -310,6 +313,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu", help="where round games compute: cpu | cuda[:N] | auto")
     parser.add_argument("--precision", default="fp32", help="fp32 | tf32 | bf16 (see docs/valuation.md)")
+    gpu_exact.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
@@ -321,9 +325,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import gpu_exact  # imported here: it imports this module
+
     args = parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    if resolve_device(args.device).type == "cuda":  # the GPU suite: exact FedSV of rounds up to m = 24
+        print(f"command: python {shlex.join(sys.argv)}", flush=True)
+        return gpu_exact.run_suite(args)
     started = time.perf_counter()
     print(f"command: python {shlex.join(sys.argv)}")
     print(
