@@ -75,7 +75,7 @@ def matmul_ceiling(device: torch.device, precision: str, repeats: int = 10) -> f
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     times = []
-    with (tf32_allowed(precision == "tf32") if device.type == "cuda" else nullcontext()):
+    with tf32_allowed(precision == "tf32") if device.type == "cuda" else nullcontext():
         for _ in range(3):
             a @ b
         for _ in range(repeats):
@@ -97,16 +97,21 @@ def flops_per_coalition(game: RoundGame, batch: int = 256) -> float:
 
 
 def time_exact(
-    case: GpuCase, device: str, precision: str, repeats: int, working_set: int | None = None
+    case: GpuCase,
+    device: str,
+    precision: str,
+    repeats: int,
+    working_set: int | None = None,
+    fused: bool = True,
 ) -> CaseTiming:
     """Exact FedSV on a fresh game per repeat; below m = 21 a first, untimed run warms cuBLAS/cuDNN up."""
+
     seconds: list[float] = []
     values, flops = np.zeros(0), 0.0
     warmup = case.m <= 20
-    for repeat in range(repeats + int(warmup)):
-        synchronize(resolve_device(device))
-        start = time.perf_counter()
-        game = RoundGame(
+
+    def make_game(fused: bool) -> RoundGame:
+        return RoundGame(
             build_model(case.rnd.model_name, case.rnd.input_shape),
             case.rnd.global_params,
             case.rnd.deltas[: case.m],
@@ -116,12 +121,20 @@ def time_exact(
             device=device,
             precision=precision,
             working_set_floats=working_set,
+            fused=fused,
         )
+
+    for repeat in range(repeats + int(warmup)):
+        synchronize(resolve_device(device))
+        start = time.perf_counter()
+        game = make_game(fused)
         result = ExactShapley(max_players=case.m).run(game)
         elapsed = time.perf_counter() - start
         if repeat == 0:
             values = result.values
-            flops = flops_per_coalition(game)
+            # The layer-by-layer head's kernels (the fused kernel does the same products; torch's
+            # counter does not see inside a Triton kernel).
+            flops = flops_per_coalition(make_game(fused=False))
         if repeat > 0 or not warmup:
             seconds.append(elapsed)
         del game
@@ -180,13 +193,19 @@ def run_suite(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     mlp_sizes = [int(m) for m in args.mlp_players.split(",") if m]
     cnn_sizes = [int(m) for m in args.cnn_players.split(",") if m]
-    mlp = train_round("mlp", tr.x, tr.y, va.x, va.y, participants=max(mlp_sizes))
-    cnn = train_round("cnn_mnist", tr.x, tr.y, va.x, va.y, participants=max(cnn_sizes))
-    print(f"trained {mlp.describe}\n        {cnn.describe} ({time.perf_counter() - started:.0f} s)\n")
-    small = [GpuCase("MLP", mlp, m) for m in mlp_sizes if m <= 20]
-    cases = small + [GpuCase("MnistCNN", cnn, m) for m in cnn_sizes]
-    cases += [GpuCase("MLP", mlp, m) for m in mlp_sizes if m > 20]  # the longest last
-    if args.working_sets:
+    rounds = {
+        name: train_round(name, tr.x, tr.y, va.x, va.y, participants=max(sizes))
+        for name, sizes in (("mlp", mlp_sizes), ("cnn_mnist", cnn_sizes))
+        if sizes
+    }
+    for rnd in rounds.values():
+        print(f"trained {rnd.describe}")
+    print(f"({time.perf_counter() - started:.0f} s)\n")
+    cases = [GpuCase("MLP", rounds["mlp"], m) for m in mlp_sizes if m <= 20]
+    cases += [GpuCase("MnistCNN", rounds["cnn_mnist"], m) for m in cnn_sizes]
+    cases += [GpuCase("MLP", rounds["mlp"], m) for m in mlp_sizes if m > 20]  # the longest last
+    if args.working_sets and mlp_sizes:
+        mlp = rounds["mlp"]
         sweep_case = GpuCase("MLP", mlp, min(16, max(mlp_sizes)))
         print(f"working sets, MLP m={sweep_case.m} in {precisions[-1]}:")
         sizes = [2 ** int(k) for k in args.working_sets.split(",")]
@@ -194,7 +213,8 @@ def run_suite(args: argparse.Namespace) -> int:
     rows: list[list[str]] = []
     for case in cases:
         for precision in precisions:
-            timing = time_exact(case, args.device, precision, 1 if case.m > 20 else args.repeats)
+            repeats = 1 if case.m > 20 else args.repeats
+            timing = time_exact(case, args.device, precision, repeats, fused=not args.no_fused)
             median = statistics.median(timing.seconds)
             rate = timing.flops_per_coalition * 2**case.m / median / 1e12
             agree = cpu_agreement(case, timing, args.device) if precision == "fp32" else ""
@@ -215,8 +235,18 @@ def run_suite(args: argparse.Namespace) -> int:
             print(f"  {case.label} m={case.m} {precision}: {median:.3f} s {agree}", flush=True)
     print(f"\nExact FedSV on {card}, 1,000 validation images, median of {args.repeats} (1 at m > 20)\n")
     print_table(
-        ["model", "m", "coalitions", "precision", "seconds", "coalitions/s", "MFLOP/coal.", "TFLOP/s",
-         "of ceiling", "vs CPU (fp32)"],
+        [
+            "model",
+            "m",
+            "coalitions",
+            "precision",
+            "seconds",
+            "coalitions/s",
+            "MFLOP/coal.",
+            "TFLOP/s",
+            "of ceiling",
+            "vs CPU (fp32)",
+        ],
         rows,
     )
     return 0
@@ -227,6 +257,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precisions", default="fp32,tf32", help="GPU suite: comma-separated precisions")
     parser.add_argument("--mlp-players", default="10,16,20,24", help="GPU suite: MLP round sizes")
     parser.add_argument("--cnn-players", default="10,16", help="GPU suite: MNIST CNN round sizes")
+    parser.add_argument(
+        "--no-fused", action="store_true", help="GPU suite: the layer-by-layer head, not the fused kernel"
+    )
     parser.add_argument(
         "--working-sets", default="", help="GPU suite: also time these log2 working sets (e.g. 20,22,24)"
     )

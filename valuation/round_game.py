@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from fedsv.valuation import stacked_head
+from fedsv.valuation import fused_head, stacked_head
 from fedsv.valuation.aggregation import AggregationRule
 from fedsv.valuation.device import (
     DEFAULT_WORKING_SET,
@@ -102,6 +102,7 @@ class RoundGame(Game):
         working_set_floats: int | None = None,
         device: str | torch.device = "cpu",
         precision: str = "fp32",
+        fused: bool = True,
     ) -> None:
         self.device = resolve_device(device)
         if precision not in PRECISIONS:
@@ -139,6 +140,8 @@ class RoundGame(Game):
         self._stem_features: int | None = None
         self._split: StemSplit | None = None
         self._use_stacked = False
+        self._allow_fused = fused
+        self._fused: fused_head.FusedMLPHead | None = None
         self.mode, reason = self._choose_mode(mode)
         logger.info("RoundGame mode %r on %s (%s): %s", self.mode, self.device, self.precision, reason)
 
@@ -201,6 +204,11 @@ class RoundGame(Game):
                 self._split = split
                 if stacked_head.supports(split.head):
                     self._use_stacked = True
+                    if self._allow_fused:
+                        metric = self.inputs.metric
+                        self._fused = fused_head.plan(split.head, self.device, self.precision, metric)
+                    if self._fused is not None:
+                        return "fast", f"{found}; head by the fused kernel (fused_head)"
                     return "fast", f"{found}; head by stacked matmul"
                 failure = self._fails(lambda: self._head_logits(probe_coeffs, *self._stem_outputs(x_probe)))
                 if failure is None:
@@ -303,7 +311,7 @@ class RoundGame(Game):
                     return self._stacked_one(names[name], c)
 
             first = 0
-            if len(split.head) and isinstance(split.head[0], nn.ReLU):  # ReLU fused into the stem's sum (cuBLASLt epilogue)
+            if len(split.head) and isinstance(split.head[0], nn.ReLU):  # fused into the stem sum (cuBLASLt)
                 h = torch._addmm_activation(base.reshape(-1), c, per_delta.reshape(self.m, -1))
                 first = 1
             else:
@@ -352,9 +360,26 @@ class RoundGame(Game):
         for start, base, per_delta in self._stem_chunks(chunk):
             n_c = base.shape[0]
             for b0 in range(0, coeffs.shape[0], batch):
-                logits = self._head_logits(coeffs[b0 : b0 + batch], base, per_delta)
+                c = coeffs[b0 : b0 + batch]
+                if self._fused is not None:
+                    totals[b0 : b0 + batch] += self._fused_correct(c, base, per_delta, y[start : start + n_c])
+                    continue
+                logits = self._head_logits(c, base, per_delta)
                 totals[b0 : b0 + batch] += score_logits(logits, y[start : start + n_c], self.inputs.metric)
         return totals
+
+    def _fused_correct(self, c: Tensor, base: Tensor, per_delta: Tensor, y: Tensor) -> Tensor:
+        """Correct predictions (B,) of a chunk by the fused head kernel, from the ReLU'd stem sums."""
+        fused = self._fused
+        assert fused is not None
+        names = self._split_or_fail().head_names
+        h1 = torch._addmm_activation(base.reshape(-1), c, per_delta.reshape(self.m, -1))
+        params = {
+            rel: self._stacked_one(names[rel], c)
+            for rel in (fused.hidden_weight, fused.hidden_bias, fused.out_weight, fused.out_bias)
+        }
+        counts = fused_head.correct_counts(fused, h1.view(c.shape[0], *base.shape), params, y, self.precision)
+        return counts.to(torch.float64)
 
     # ---------------------------------------------------------------- batched: vmap whole model
     def _batched_logits(self, c: Tensor, x: Tensor) -> Tensor:

@@ -370,7 +370,7 @@ def test_bad_device_or_precision_raises_one_line_value_error(setups: dict[str, S
 def test_cuda_fp32_matches_cpu(setups: dict[str, Setup], name: str, metric: str) -> None:
     setup = setups[name]
     members = all_coalitions(M)
-    before = _snapshot(setup.model)
+    before, training = _snapshot(setup.model), setup.model.training  # as the module's fixture left it
     for mode in MODES:
         expected = setup.game(metric=metric, mode=mode, device="cpu").utilities(members)
         for device in ("cuda", f"cuda:{torch.cuda.current_device()}", "auto"):
@@ -380,7 +380,7 @@ def test_cuda_fp32_matches_cpu(setups: dict[str, Setup], name: str, metric: str)
             assert isinstance(got, np.ndarray) and got.dtype == np.float64
             # float32 kernels differ between the CPU and CUDA: a mean log-likelihood moves in its 6th digit
             np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6 if metric == "accuracy" else 1e-5)
-    _assert_untouched(setup.model, before, training=False)
+    _assert_untouched(setup.model, before, training)
 
 
 @needs_cuda
