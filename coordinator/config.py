@@ -294,6 +294,14 @@ class ServerConfig:
         default=2,
         metadata={"help": "concurrent Subscribe (and SubmitUpdate) calls of one participant"},
     )
+    max_participants: int = field(
+        default=0,
+        metadata={"help": "participants that may hold a task stream at once (0 = the world size)"},
+    )
+    header_timeout: float = field(
+        default=10.0,
+        metadata={"help": "seconds an update stream may take to send its header (then DEADLINE_EXCEEDED)"},
+    )
     linger: float = field(
         default=3.0,
         metadata={"help": "seconds to serve health and metrics after the run ends (-1: until SIGTERM)"},
@@ -304,6 +312,8 @@ class ServerConfig:
             raise ValueError(f"quorum must be in (0, 1], got {self.quorum}")
         check_positive("round_timeout", self.round_timeout)
         check_positive("join_timeout", self.join_timeout)
+        check_positive("header_timeout", self.header_timeout)
+        require(self.max_participants >= 0, "max_participants", "0 or more", self.max_participants)
         require(
             math.isfinite(self.quorum_wait) and self.quorum_wait >= 0, "quorum_wait", ">= 0", self.quorum_wait
         )

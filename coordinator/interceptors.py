@@ -1,9 +1,10 @@
-"""gRPC server interceptor: requests whose bytes do not parse get INVALID_ARGUMENT, not gRPC's INTERNAL."""
+"""grpc.aio server interceptor: requests whose bytes do not parse get INVALID_ARGUMENT, not INTERNAL."""
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn
 
 import grpc
@@ -13,6 +14,8 @@ from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.status_codes import status_of
 
 logger = logging.getLogger(__name__)
+
+Behavior = Callable[[Any, Any], Any]
 
 
 class Malformed:
@@ -32,52 +35,78 @@ def _tolerant(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
-class MalformedRequests(grpc.ServerInterceptor):
+class MalformedRequests(grpc.aio.ServerInterceptor):
     """Answer undecodable requests with INVALID_ARGUMENT and count them (reason "malformed").
 
     Left to gRPC, a request that fails to deserialize ends the call with INTERNAL, which reads as a
     server fault (and participants retry INTERNAL). Here the method's deserializer never raises: a
     bad message becomes a Malformed marker that is refused before the servicer sees it; in a client
-    stream, where it stands (the messages before it are handled as usual).
+    stream, where it stands (the messages before it are handled as usual, and none is read before
+    the servicer asks for it).
     """
 
     def __init__(self, metrics: CoordinatorMetrics) -> None:
         self.metrics = metrics
         self._log = RateLimitedLog(logger)
 
-    def _refuse(self, context: grpc.ServicerContext, request: Malformed) -> NoReturn:
+    async def _refuse(self, context: grpc.aio.ServicerContext, request: Malformed) -> NoReturn:
         self.metrics.reject("malformed")
         error = shown(request.error)
         self._log.log(logging.INFO, "malformed", "rejected (malformed): %s", error)
-        context.abort(status_of("malformed"), f"not a valid protobuf message: {error}")
+        await context.abort(status_of("malformed"), f"not a valid protobuf message: {error}")
         raise AssertionError("unreachable")  # context.abort raises
 
-    def _checked(self, requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-        for request in requests:
+    async def _checked(
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        async for request in requests:
             if isinstance(request, Malformed):
-                self._refuse(context, request)
+                await self._refuse(context, request)
             yield request
 
-    def intercept_service(
+    async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
         if handler is None or handler.request_deserializer is None:
             return handler
         kind = ("stream" if handler.request_streaming else "unary") + "_"
         kind += "stream" if handler.response_streaming else "unary"
         behavior = getattr(handler, kind)
-
-        def checked(request: Any, context: grpc.ServicerContext) -> Any:
-            if handler.request_streaming:
-                return behavior(self._checked(request, context), context)
-            if isinstance(request, Malformed):
-                self._refuse(context, request)
-            return behavior(request, context)
-
+        if not (inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)):
+            return handler  # a synchronous handler has no place on this server: left as it is
         # RpcMethodHandler is a namedtuple: swap the deserializer and the behavior, keep the rest.
         return handler._replace(
-            request_deserializer=_tolerant(handler.request_deserializer), **{kind: checked}
+            request_deserializer=_tolerant(handler.request_deserializer),
+            **{kind: self._wrap(behavior, handler.request_streaming)},
         )
+
+    def _wrap(self, behavior: Behavior, request_streaming: bool) -> Behavior:
+        """`behavior` behind the Malformed check, of the same kind (gRPC calls each kind its own way:
+        a coroutine function is awaited, an async generator function iterated)."""
+
+        async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if request_streaming:
+                return self._checked(request, context)
+            if isinstance(request, Malformed):
+                await self._refuse(context, request)
+            return request
+
+        if inspect.isasyncgenfunction(behavior):
+
+            async def streamed(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                responses = behavior(await checked(request, context), context)
+                try:
+                    async for response in responses:
+                        yield response
+                finally:
+                    await responses.aclose()
+
+            return streamed
+
+        async def awaited(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            return await behavior(await checked(request, context), context)
+
+        return awaited

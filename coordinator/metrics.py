@@ -145,7 +145,8 @@ class CoordinatorMetrics:
         self.valuation_lag_rounds.set(lag_rounds)
         lag = record.valuation_lag_seconds
         self.valuation_lag_seconds.set(0.0 if math.isnan(lag) else max(0.0, lag))
-        self._set_value_gauges(record, cumulative)
+        # Only the round's participants' totals moved: the others' gauges are not touched (O(m)).
+        self._set_value_gauges(record, cumulative, record.received)
 
     def restore(self, records: Sequence[RoundRecord], cumulative: Mapping[str, Mapping[str, float]]) -> None:
         """After a coordinator restart: gauges from the ledger's last round and totals.
@@ -171,13 +172,23 @@ class CoordinatorMetrics:
         ratio = record.bytes_ratio_to_minimum
         self.round_bytes_ratio.set(math.nan if ratio is None else ratio)
 
-    def _set_value_gauges(self, record: RoundRecord, cumulative: Mapping[str, Mapping[str, float]]) -> None:
+    def _set_value_gauges(
+        self,
+        record: RoundRecord,
+        cumulative: Mapping[str, Mapping[str, float]],
+        participants: Sequence[str] | None = None,
+    ) -> None:
+        """The round's valuation gauges and the totals of `participants` (None: everyone's)."""
         self.valuation_last_seconds.set(record.valuation_seconds)
         self.group_rationality_residual.set(record.group_rationality_residual)
-        for pid, value in cumulative.get("fedsv", {}).items():
-            self.participant_fedsv.labels(participant=pid).set(value)
-        for pid, value in cumulative.get("fedsv_normalized", {}).items():
-            self.participant_fedsv_normalized.labels(participant=pid).set(value)
+        for key, gauge in (
+            ("fedsv", self.participant_fedsv),
+            ("fedsv_normalized", self.participant_fedsv_normalized),
+        ):
+            totals = cumulative.get(key, {})
+            for pid in totals if participants is None else participants:
+                if pid in totals:
+                    gauge.labels(participant=pid).set(totals[pid])
 
 
 def serve_metrics(registry: CollectorRegistry, host: str = "0.0.0.0", port: int = 0) -> tuple[Any, int]:

@@ -160,14 +160,16 @@ class RoundLoop:
         return "finished"
 
     def _wait_for_participants(self) -> bool:
+        """Until every participant holds a task stream (or, under a lower --max-participants, as many as
+        may); False at join_timeout or on stop."""
         deadline = time.time() + self.server_config.join_timeout
-        return self.state.wait_for_participants(self.run_config.participants, deadline, self.stop_event)
+        count = min(self.run_config.participants, self.state.max_participants)
+        return self.state.wait_for_participants(count, deadline, self.stop_event)
 
-    def _select(self, number: int) -> list[str]:
-        """The seeded draw of m participants, or the round's entry of a fixed `selection`."""
+    def _select(self, number: int) -> list[int]:
+        """The ranks of the seeded draw of m participants, or the round's entry of a fixed `selection`."""
         run = self.run_config
-        ranks = select_ranks(self.rng, run.participants, run.selected_per_round, self.schedule.get(number))
-        return [participant_id(r) for r in ranks]
+        return select_ranks(self.rng, run.participants, run.selected_per_round, self.schedule.get(number))
 
     def _collect(self, opened: OpenRound) -> bool:
         """Wait until all selected reported or the deadline passed; then until a quorum, if short of one."""
@@ -181,9 +183,12 @@ class RoundLoop:
         if self.worker is not None and not self.worker.wait_for_room(self.stop_event):
             return "stopped" if self.stop_event.is_set() else f"stopped: {self.worker.error}"
         clock.lap("backlog")
-        selected = self._select(number)
+        # Only the selected cost work here: a connected participant that is not selected is not
+        # looked at (its task stream stays parked until it is selected or the run ends).
+        ranks = self._select(number)
+        selected = [participant_id(r) for r in ranks]
         header, payloads = encode_tensor_set(self.params, chunk_bytes=self.server_config.max_chunk_bytes)
-        seeds = {participant_id(r): train_seed(run.seed, number, r) for r in range(run.participants)}
+        seeds = {participant_id(r): train_seed(run.seed, number, r) for r in ranks}
         deadline = time.time() + self.server_config.round_timeout
         opened = OpenRound(number, selected, deadline, header, payloads, seeds)
         self.metrics.current_round.set(number)

@@ -53,6 +53,19 @@ class OpenRound:
     train_seeds: dict[str, int]
     received: dict[str, ReceivedUpdate] = field(default_factory=dict)
     closed: bool = False
+    chosen: frozenset[str] = field(init=False, repr=False)  # `selected` as a set: O(1) lookups
+
+    def __post_init__(self) -> None:
+        self.chosen = frozenset(self.selected)
+
+
+@dataclass(frozen=True)
+class StreamNews:
+    """What a participant's task stream has to send now: its task, or the end of the run, or nothing."""
+
+    task: OpenRound | None
+    finished: bool
+    rounds_completed: int
 
 
 def same_secret(given: str, expected: str) -> bool:
@@ -66,7 +79,11 @@ class RunState:
     Who may act as a participant: the shared `credential` (if set) on Join; the participant's own
     token from `tokens` (if given) on Join; with `require_peer` (mutual TLS) the verified certificate
     name `peer` must be the participant id on every call; the session token issued at Join on every
-    later call. At most `max_streams` concurrent calls of each kind per participant.
+    later call. At most `max_streams` concurrent calls of each kind per participant, and at most
+    `max_participants` (0: the world size) participants with a task stream at once.
+
+    Task streams are woken through callbacks (`listen`): opening a round calls those of the selected
+    participants only, the run's end those of everyone; nothing here runs per connected participant.
     """
 
     def __init__(
@@ -78,6 +95,7 @@ class RunState:
         require_peer: bool = False,
         max_streams: int = 2,
         max_samples: int = 10_000_000,
+        max_participants: int = 0,
     ) -> None:
         self.world_size = world_size
         self.credential = credential
@@ -85,10 +103,12 @@ class RunState:
         self.require_peer = require_peer
         self.max_streams = max_streams
         self.max_samples = max_samples
+        self.max_participants = max_participants or world_size
         self.open_calls: dict[tuple[str, str], int] = defaultdict(int)
-        # Each open task stream waits on its own event, set only when its participant has news (a task,
-        # the run's end): one shared condition would wake every stream on every update (O(N) per event).
-        self._listeners: dict[str, set[threading.Event]] = defaultdict(set)
+        self._connected = 0  # participants with at least one open task stream
+        # Each open task stream registers its own wake-up callback, called only when its participant
+        # has news (a task, the run's end): waking every stream on every event would be O(N) each.
+        self._listeners: dict[str, set[Callable[[], None]]] = defaultdict(set)
         self.cond = threading.Condition()
         self.participants: dict[str, ParticipantInfo] = {}
         self.current: OpenRound | None = None
@@ -165,9 +185,8 @@ class RunState:
             return len(self.participants)
 
     def connected(self) -> int:
-        """Participants with an open task stream: joined, prepared and listening."""
-        with self.cond:
-            return sum(1 for pid in self.participants if self.open_calls.get((pid, "Subscribe"), 0) > 0)
+        """Participants with an open task stream: joined, prepared and listening (a counter, O(1))."""
+        return self._connected
 
     def open_call(self, info: ParticipantInfo, rpc: str) -> None:
         """Count a call of `rpc` by the participant; RESOURCE_EXHAUSTED past max_streams at once."""
@@ -181,19 +200,33 @@ class RunState:
 
     def open_stream(self, pid: str, rpc: str) -> None:
         """Count a call of `rpc` by the identity `pid` (joined or not: a TLS certificate names it
-        before the call sends anything); RESOURCE_EXHAUSTED past max_streams at once."""
+        before the call sends anything); RESOURCE_EXHAUSTED past max_streams at once, and for a
+        participant's first task stream past max_participants with one."""
         key = (pid, rpc)
         with self.cond:
-            if self.open_calls[key] >= self.max_streams:
+            open_now = self.open_calls.get(key, 0)
+            if open_now >= self.max_streams:
+                raise Rejected("too_many_streams", f"{pid} already has {open_now} {rpc} calls open")
+            first_task_stream = rpc == "Subscribe" and open_now == 0
+            if first_task_stream and self._connected >= self.max_participants:
                 raise Rejected(
-                    "too_many_streams", f"{pid} already has {self.open_calls[key]} {rpc} calls open"
+                    "too_many_participants",
+                    f"{self._connected} participants already hold a task stream (at most "
+                    f"{self.max_participants})",
                 )
-            self.open_calls[key] += 1
+            self.open_calls[key] = open_now + 1
+            self._connected += first_task_stream
             self.cond.notify_all()
 
     def close_stream(self, pid: str, rpc: str) -> None:
+        key = (pid, rpc)
         with self.cond:
-            self.open_calls[(pid, rpc)] -= 1
+            left = self.open_calls[key] - 1
+            if left > 0:
+                self.open_calls[key] = left
+            else:  # no entry per identity that ever called: the table stays as small as what is open
+                del self.open_calls[key]
+                self._connected -= rpc == "Subscribe"
             self.cond.notify_all()
 
     def close_call(self, info: ParticipantInfo, rpc: str) -> None:
@@ -226,43 +259,36 @@ class RunState:
             self._wake(list(self._listeners))
 
     # ------------------------------------------------------------------ task streams
-    def listen(self, pid: str) -> threading.Event:
-        """A wake-up event for one task stream of `pid`; pair with `unlisten`."""
-        event = threading.Event()
+    def listen(self, pid: str, wake: Callable[[], None]) -> None:
+        """Call `wake` (from the round loop's thread, so it must only hand over, never block) whenever
+        `pid` may have news: a task, or the run's end. Pair with `unlisten`."""
         with self.cond:
-            self._listeners[pid].add(event)
-        return event
+            self._listeners[pid].add(wake)
 
-    def unlisten(self, pid: str, event: threading.Event) -> None:
+    def unlisten(self, pid: str, wake: Callable[[], None]) -> None:
         with self.cond:
-            self._listeners[pid].discard(event)
-            if not self._listeners[pid]:
-                del self._listeners[pid]
+            listeners = self._listeners.get(pid)
+            if listeners is not None:
+                listeners.discard(wake)
+                if not listeners:
+                    del self._listeners[pid]
 
     def _wake(self, pids: Iterable[str]) -> None:
         for pid in pids:
-            for event in self._listeners.get(pid, ()):
-                event.set()
+            for wake in self._listeners.get(pid, ()):
+                wake()
 
-    def next_for(
-        self, pid: str, after_round: int, wake: threading.Event, timeout: float = 1.0
-    ) -> tuple[OpenRound | None, bool, int]:
-        """(pid's task after `after_round` or None, run finished, rounds completed); waits <= timeout."""
-        wake.clear()
+    def poll(self, pid: str, after_round: int) -> StreamNews:
+        """What `pid`'s task stream, which was last sent round `after_round`, has to send now."""
         with self.cond:
-            task = self.task_for(pid, after_round)
-            if task is not None or self.finished:
-                return task, self.finished, self.rounds_completed
-        wake.wait(timeout)
-        with self.cond:
-            return self.task_for(pid, after_round), self.finished, self.rounds_completed
+            return StreamNews(self.task_for(pid, after_round), self.finished, self.rounds_completed)
 
     def task_for(self, pid: str, after_round: int) -> OpenRound | None:
         """The open round if `pid` is selected in it, has not reported, and was not sent it yet."""
         current = self.current
         if current is None or current.closed or current.round <= after_round:
             return None
-        if pid not in current.selected or pid in current.received:
+        if pid not in current.chosen or pid in current.received:
             return None
         return current
 
@@ -278,7 +304,7 @@ class RunState:
                 )
             if current.closed:
                 raise Rejected("round_closed", f"round {round_number} is closed")
-            if info.participant_id not in current.selected:
+            if info.participant_id not in current.chosen:
                 raise Rejected(
                     "not_selected",
                     f"{info.participant_id} is not selected in round {round_number}",

@@ -9,33 +9,29 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
-from concurrent import futures
 from pathlib import Path
 from types import FrameType
 
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from fedsv.common.certs import read_tokens
-from fedsv.common.limits import GRPC_MESSAGE_BYTES
 from fedsv.common.tls import server_credentials
-from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
+from fedsv.common.v1 import fedsv_pb2
 from fedsv.common.wire import spec_of
 from fedsv.coordinator.config import RunConfig, ServerConfig
-from fedsv.coordinator.interceptors import MalformedRequests
+from fedsv.coordinator.grpc_server import SERVICE_NAME, CoordinatorServers
 from fedsv.coordinator.ledger import Ledger
 from fedsv.coordinator.metrics import CoordinatorMetrics, serve_metrics, stop_metrics
 from fedsv.coordinator.round_loop import RoundLoop
 from fedsv.coordinator.run_inputs import RunInputs
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
+from fedsv.coordinator.update_stream import UpdateLimits
 from fedsv.valuation.device import resolve_device
 
 logger = logging.getLogger(__name__)
 
-SERVICE_NAME = "fedsv.v1.Coordinator"
+__all__ = ["SERVICE_NAME", "Coordinator", "make_run_spec", "run_id_of", "serve"]
 
 
 def run_id_of(run: RunConfig) -> str:
@@ -66,19 +62,12 @@ def make_run_spec(run: RunConfig, run_id: str, max_chunk_bytes: int) -> dict[int
     }
 
 
-def _bind(add_port: Callable[[], int], address: str) -> int:
-    """The port `add_port` bound; ValueError (a one-line CLI error) when the address is taken or invalid."""
-    try:
-        port = add_port()
-    except RuntimeError as exc:
-        raise ValueError(f"cannot bind gRPC to {address} (in use?)") from exc
-    if port == 0:
-        raise ValueError(f"cannot bind gRPC to {address}")
-    return port
-
-
 class Coordinator:
-    """One coordinator process's parts, started and stopped together."""
+    """One coordinator process's parts, started and stopped together.
+
+    The gRPC servers run on grpc.aio in one event-loop thread of their own (`CoordinatorServers`);
+    the round loop runs in the thread that calls `run()`; RunState, thread-safe, is what they share.
+    """
 
     def __init__(
         self, run: RunConfig, server: ServerConfig, registry: CollectorRegistry | None = None
@@ -102,59 +91,36 @@ class Coordinator:
             require_peer=bool(server.tls_dir) and server.tls_client_auth,
             max_streams=server.max_streams_per_participant,
             max_samples=server.max_samples_per_participant,
+            max_participants=server.max_participants,
         )
         self.state.on_connected = self.metrics.set_connected
         self.loop = RoundLoop(run, server, self.state, self.ledger, self.metrics, inputs)
         specs = make_run_spec(run, self.run_id, server.max_chunk_bytes)
+        limits = UpdateLimits(
+            server.max_chunk_bytes, server.max_update_bytes, server.max_tensors, server.header_timeout
+        )
         self.servicer = CoordinatorServicer(
-            self.state,
-            specs.__getitem__,
-            spec_of(self.loop.params),
-            self.metrics,
-            server.max_chunk_bytes,
-            server.max_update_bytes,
-            server.max_tensors,
+            self.state, specs.__getitem__, spec_of(self.loop.params), self.metrics, limits
         )
-        workers = 3 * run.participants + 16
-        self.grpc_server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=workers),
-            maximum_concurrent_rpcs=workers,  # beyond: RESOURCE_EXHAUSTED instead of an endless queue
-            interceptors=[MalformedRequests(self.metrics)],  # undecodable requests: INVALID_ARGUMENT
-            options=[
-                ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES),
-                ("grpc.keepalive_time_ms", 20_000),
-                ("grpc.keepalive_timeout_ms", 10_000),
-                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.so_reuseport", 0),  # a second process cannot bind (and take over) our port
-            ],
-        )
-        fedsv_pb2_grpc.add_CoordinatorServicer_to_server(self.servicer, self.grpc_server)
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
-        address = f"{server.host}:{server.port}"
-        if server.tls_dir:
-            credentials = server_credentials(server.tls_dir, server.tls_client_auth)
-            self.port = _bind(lambda: self.grpc_server.add_secure_port(address, credentials), address)
-        else:
-            self.port = _bind(lambda: self.grpc_server.add_insecure_port(address), address)
-        self.health_server, self.health_port = self._health_server(server)
+        health_address = f"{server.host}:{server.health_port}" if server.health_port >= 0 else None
+        try:
+            credentials = None
+            if server.tls_dir:
+                credentials = server_credentials(server.tls_dir, server.tls_client_auth)
+            self.servers = CoordinatorServers(
+                self.servicer,
+                self.metrics,
+                f"{server.host}:{server.port}",
+                credentials,
+                run.participants,
+                health_address,
+            )
+        except BaseException:
+            self.ledger.close()
+            raise
+        self.port, self.health_port = self.servers.port, self.servers.health_port
         self.metrics_server: object | None = None
         self.metrics_port = -1
-
-    def _health_server(self, server: ServerConfig) -> tuple[grpc.Server | None, int]:
-        """Only the health service, in plaintext, for probes that cannot speak TLS (Kubernetes, Docker)."""
-        if server.health_port < 0:
-            return None, -1
-        health_server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=2),
-            maximum_concurrent_rpcs=8,
-            options=[("grpc.so_reuseport", 0)],
-        )
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, health_server)
-        address = f"{server.host}:{server.health_port}"
-        return health_server, _bind(lambda: health_server.add_insecure_port(address), address)
 
     @property
     def transport(self) -> str:
@@ -172,11 +138,7 @@ class Coordinator:
             except OSError as exc:
                 address = f"{self.server_config.host}:{self.server_config.metrics_port}"
                 raise ValueError(f"cannot serve metrics_port on {address}: {exc.strerror or exc}") from None
-        self.grpc_server.start()
-        if self.health_server is not None:
-            self.health_server.start()
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.servers.start()
         if self.server_config.port_file:
             tmp = Path(self.server_config.port_file + ".tmp")
             tmp.write_text(f"{self.port} {self.metrics_port}\n")
@@ -212,14 +174,13 @@ class Coordinator:
         return reason
 
     def stop(self) -> None:
+        """Stop the round loop, then serve NOT_SERVING, end every open call (after a grace of about a
+        second, however many are open) and release the ports and the ledger; idempotent."""
         self.loop.stop_event.set()
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        self.grpc_server.stop(grace=1.0).wait()
-        if self.health_server is not None:
-            self.health_server.stop(grace=None).wait()
+        self.servers.stop()
         if self.metrics_server is not None:
             stop_metrics(self.metrics_server)
+            self.metrics_server = None
         self.ledger.close()
 
 

@@ -10,11 +10,14 @@ STATUS_OF_REASON: dict[str, grpc.StatusCode] = {
     "bad_participant_token": grpc.StatusCode.UNAUTHENTICATED,
     "bad_token": grpc.StatusCode.UNAUTHENTICATED,
     "no_certificate": grpc.StatusCode.UNAUTHENTICATED,
+    "no_credential": grpc.StatusCode.UNAUTHENTICATED,  # an update naming no sender (update_stream)
     "wrong_identity": grpc.StatusCode.PERMISSION_DENIED,
+    "sender_mismatch": grpc.StatusCode.PERMISSION_DENIED,  # a header speaking for another sender
     "unknown_participant": grpc.StatusCode.NOT_FOUND,
     "wrong_world_size": grpc.StatusCode.FAILED_PRECONDITION,
     "bad_rank": grpc.StatusCode.INVALID_ARGUMENT,
     "too_many_streams": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "too_many_participants": grpc.StatusCode.RESOURCE_EXHAUSTED,
     # when it may submit (RunState.check_update)
     "wrong_round": grpc.StatusCode.FAILED_PRECONDITION,
     "round_closed": grpc.StatusCode.FAILED_PRECONDITION,
@@ -25,6 +28,7 @@ STATUS_OF_REASON: dict[str, grpc.StatusCode] = {
     "undeclared_samples": grpc.StatusCode.FAILED_PRECONDITION,
     "sample_count_mismatch": grpc.StatusCode.INVALID_ARGUMENT,
     # what it sends (the header, and the wire codec's WireError reasons)
+    "header_timeout": grpc.StatusCode.DEADLINE_EXCEEDED,  # no header within --header-timeout
     "bad_header": grpc.StatusCode.INVALID_ARGUMENT,
     "unexpected_tensors": grpc.StatusCode.INVALID_ARGUMENT,
     "too_large": grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import grpc
 from torch import Tensor
 
+from fedsv.common.call_settings import CLIENT_KEEPALIVE, sender_metadata
 from fedsv.common.data.sources import Samples
 from fedsv.common.limits import DEFAULT_CHUNK_BYTES, GRPC_MESSAGE_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES
 from fedsv.common.task import LoadedTask
@@ -25,8 +26,7 @@ logger = logging.getLogger(__name__)
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES),
     ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 20_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
+    *CLIENT_KEEPALIVE,  # in step with the coordinator's keepalive policy (fedsv.common.call_settings)
     # The channel's own reconnect backoff (gRPC's default grows to 120 s): while it waits, every call
     # fails at once, so a coordinator back after a restart would be found only that late. Keep it
     # within Backoff's cap.
@@ -242,7 +242,11 @@ class RankWorker:
         backoff = Backoff(first=0.2, cap=2.0, seed=self.rank)
         while True:
             try:
-                stub.SubmitUpdate(messages(), timeout=max(5.0, deadline - time.time() + 30))
+                stub.SubmitUpdate(
+                    messages(),
+                    timeout=max(5.0, deadline - time.time() + 30),
+                    metadata=sender_metadata(reply.participant_id, reply.session_token),
+                )
                 self.rounds_trained.append(task.round)
                 logger.info("rank %d: round %d delta sent (%.2fs training)", self.rank, task.round, seconds)
                 return

@@ -140,11 +140,11 @@ def test_healthcheck_reports_a_real_coordinators_health_service(coordinator: Coo
     code, seconds = _healthcheck(coordinator.health_port)
     assert code == 0
     assert seconds < 5.0, "the check must finish within the HEALTHCHECK --timeout"
-    coordinator.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+    coordinator.servers.set_health(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
     assert _healthcheck(coordinator.health_port)[0] == 1
-    coordinator.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    coordinator.servers.set_health(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     assert _healthcheck(coordinator.health_port)[0] == 0
     port = coordinator.health_port
-    assert coordinator.health_server is not None
-    coordinator.health_server.stop(grace=None).wait()
+    assert coordinator.servers.health_only is not None
+    coordinator.servers.health_only.stop(None)
     assert _healthcheck(port)[0] != 0, "nothing serving: the check must fail"

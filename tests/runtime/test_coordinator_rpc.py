@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
-from collections.abc import Generator, Iterator
-from concurrent import futures
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
+from fedsv.common.call_settings import sender_metadata
 from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.common.wire import TensorSetAssembler, encode_tensor_set, iter_chunks, spec_of
+from fedsv.coordinator.grpc_server import CoordinatorServers
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.run_state import OpenRound, RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
+from fedsv.coordinator.update_stream import UpdateLimits
 
 SAMPLES = 10  # every harness participant declares this count at Join
 CHUNK = 64 << 10
@@ -45,18 +49,21 @@ def _model(big: bool = False) -> dict[str, torch.Tensor]:
     return {"a.weight": torch.randn(8, 4, generator=gen), "a.bias": torch.randn(8, generator=gen)}
 
 
-def _start(model: dict[str, torch.Tensor], credential: str = "") -> Generator[Harness, None, None]:
-    state = RunState(world_size=4, credential=credential)
+def _start(
+    model: dict[str, torch.Tensor],
+    credential: str = "",
+    *,
+    header_timeout: float = 10.0,
+    max_participants: int = 0,
+) -> Generator[Harness, None, None]:
+    state = RunState(world_size=4, credential=credential, max_participants=max_participants)
     registry = CollectorRegistry()
     metrics = CoordinatorMetrics(registry)
     spec = fedsv_pb2.RunSpec(run_id="test", world_size=4, max_chunk_bytes=CHUNK)
-    servicer = CoordinatorServicer(state, lambda rank: spec, spec_of(model), metrics, CHUNK, 64 << 20)
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=16),
-        options=[("grpc.max_receive_message_length", 8 << 20), ("grpc.max_send_message_length", 8 << 20)],
-    )
-    fedsv_pb2_grpc.add_CoordinatorServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    limits = UpdateLimits(CHUNK, 64 << 20, header_timeout=header_timeout)
+    servicer = CoordinatorServicer(state, lambda rank: spec, spec_of(model), metrics, limits)
+    server = CoordinatorServers(servicer, metrics, "127.0.0.1:0", None, world_size=4)
+    port = server.port
     server.start()
     channel = grpc.insecure_channel(
         f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 8 << 20)]
@@ -79,7 +86,7 @@ def _start(model: dict[str, torch.Tensor], credential: str = "") -> Generator[Ha
     finally:
         state.finish("finished")
         channel.close()
-        server.stop(grace=None)
+        server.stop(grace=0)
 
 
 @pytest.fixture()
@@ -127,8 +134,12 @@ def _update(
 
 
 def _code(stub: fedsv_pb2_grpc.CoordinatorStub, messages: list[fedsv_pb2.UpdateMessage]) -> grpc.StatusCode:
+    """The status of SubmitUpdate, its sender named in the metadata as the header names it."""
+    header = messages[0].header
     try:
-        stub.SubmitUpdate(iter(messages), timeout=30)
+        stub.SubmitUpdate(
+            iter(messages), timeout=30, metadata=sender_metadata(header.participant_id, header.session_token)
+        )
     except grpc.RpcError as exc:
         return exc.code()
     return grpc.StatusCode.OK
@@ -274,6 +285,15 @@ def test_a_model_over_16_mib_travels_both_ways_in_chunks() -> None:
         events.cancel()
         assert torch.equal(down["layer.weight"], model["layer.weight"])
 
+        # A stream cancelled while the model is on its way (its generator parked at a yield) is closed.
+        cut = harness.stub.Subscribe(
+            fedsv_pb2.SubscribeRequest(participant_id="p001", session_token=harness.tokens["p001"])
+        )
+        assert next(cut).WhichOneof("kind") == "task"
+        _wait(lambda: harness.state.open_calls.get(("p001", "Subscribe"), 0) == 1, "the stream")
+        cut.cancel()
+        _wait(lambda: harness.state.open_calls.get(("p001", "Subscribe"), 0) == 0, "the cut stream to close")
+
         delta = {k: v * 0.001 for k, v in model.items()}
         assert _code(harness.stub, _update("p001", harness.tokens["p001"], delta)) == grpc.StatusCode.OK
         up = harness.state.current.received["p001"].delta  # type: ignore[union-attr]
@@ -297,3 +317,109 @@ def test_sample_counts_are_declared_at_join_and_bounded(harness: Harness) -> Non
         next(iter(stub.Subscribe(request)))
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert harness.rejected("undeclared_samples") == 1
+
+
+def _open_update_calls(state: RunState) -> int:
+    with state.cond:
+        return sum(n for (_, rpc), n in state.open_calls.items() if rpc == "SubmitUpdate")
+
+
+def _wait(condition: Callable[[], bool], what: str, seconds: float = 60.0) -> None:
+    deadline = time.time() + seconds
+    while not condition():
+        assert time.time() < deadline, f"waited {seconds:g} s for {what}"
+        time.sleep(0.02)
+
+
+def test_an_update_stream_that_never_sends_its_header_ends_at_the_header_deadline() -> None:
+    gen = _start(_model(), header_timeout=0.5)
+    harness = next(gen)
+    hold = threading.Event()
+
+    def nothing() -> Iterator[fedsv_pb2.UpdateMessage]:
+        hold.wait()
+        yield from ()
+
+    try:
+        metadata = sender_metadata("p000", harness.tokens["p000"])
+        with pytest.raises(grpc.RpcError) as info:
+            harness.stub.SubmitUpdate(nothing(), timeout=120, metadata=metadata)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert harness.rejected("header_timeout") == 1  # the server's deadline, not the client's
+        _wait(lambda: _open_update_calls(harness.state) == 0, "the slot to be released")
+        good = {k: torch.full_like(v, 0.5) for k, v in harness.model.items()}
+        assert _code(harness.stub, _update("p000", harness.tokens["p000"], good)) == grpc.StatusCode.OK
+    finally:
+        hold.set()
+        gen.close()
+
+
+def test_an_update_must_name_its_sender_before_it_sends_anything(harness: Harness) -> None:
+    hold = threading.Event()
+
+    def nothing() -> Iterator[fedsv_pb2.UpdateMessage]:
+        hold.wait()
+        yield from ()
+
+    try:
+        for _ in range(5):  # refused at once: never a slot, never a read
+            with pytest.raises(grpc.RpcError) as info:
+                harness.stub.SubmitUpdate(nothing(), timeout=120)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert harness.rejected("no_credential") == 5 and _open_update_calls(harness.state) == 0
+    finally:
+        hold.set()
+    good = {k: torch.full_like(v, 0.5) for k, v in harness.model.items()}
+    t0, t1 = harness.tokens["p000"], harness.tokens["p001"]
+    with pytest.raises(grpc.RpcError) as info:  # a header alone no longer names the sender
+        harness.stub.SubmitUpdate(iter(_update("p000", t0, good)), timeout=30)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert harness.rejected("no_credential") == 6
+    # The metadata names one sender, the header another (or another token): PERMISSION_DENIED.
+    for header_pid, header_token in (("p001", t1), ("p000", t1)):
+        with pytest.raises(grpc.RpcError) as info:
+            harness.stub.SubmitUpdate(
+                iter(_update(header_pid, header_token, good)),
+                timeout=30,
+                metadata=sender_metadata("p000", t0),
+            )
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert harness.rejected("sender_mismatch") == 2
+    with pytest.raises(grpc.RpcError) as info:  # a metadata token that is wrong
+        harness.stub.SubmitUpdate(
+            iter(_update("p000", t0, good)), timeout=30, metadata=sender_metadata("p000", "forged")
+        )
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert harness.rejected("bad_token") == 1
+    assert harness.state.current is not None and harness.state.current.received == {}
+    assert _code(harness.stub, _update("p000", t0, good)) == grpc.StatusCode.OK
+
+
+def test_max_participants_caps_who_holds_a_task_stream() -> None:
+    gen = _start(_model(), max_participants=2)
+    harness = next(gen)
+
+    def subscribe(pid: str) -> Any:
+        request = fedsv_pb2.SubscribeRequest(participant_id=pid, session_token=harness.tokens[pid])
+        return harness.stub.Subscribe(request)
+
+    try:
+        first, second = subscribe("p000"), subscribe("p002")
+        _wait(lambda: harness.state.connected() == 2, "two task streams")
+        with pytest.raises(grpc.RpcError) as info:
+            next(iter(subscribe("p003")))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert harness.rejected("too_many_participants") == 1
+        again = subscribe("p000")  # a participant already counted may open its second stream
+        assert next(again).WhichOneof("kind") == "task"
+        assert harness.state.connected() == 2
+        second.cancel()  # its generator is cancelled, and with it the call: p002 no longer counts
+        _wait(lambda: harness.state.connected() == 1, "p002's stream to close")
+        third = subscribe("p003")
+        _wait(lambda: harness.state.connected() == 2, "p003's stream")
+        assert harness.rejected("too_many_participants") == 1
+        for call in (first, again, third):
+            call.cancel()
+        _wait(lambda: harness.state.connected() == 0, "every stream to close")
+    finally:
+        gen.close()

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from fedsv.common import certs
 from fedsv.common.tls import channel_credentials
+from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.server import SERVICE_NAME, Coordinator
 
@@ -64,3 +67,43 @@ def test_health_and_metrics_are_served_and_stop_cleanly(tmp_path: Path) -> None:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", coordinator.metrics_port))
         probe.listen()
+
+
+def test_stop_ends_hundreds_of_open_task_streams(tmp_path: Path) -> None:
+    """100 participants with 2 task streams each: stop() cancels them all (their generators close
+    their calls) and returns; the streams end at the clients."""
+    run = RunConfig(participants=100, rounds=1, epochs=1, validation_size=100)
+    server = ServerConfig(
+        state_dir=str(tmp_path), host="127.0.0.1", port=0, metrics_port=-1, health_port=-1, insecure=True
+    )
+    coordinator = Coordinator(run, server, registry=CollectorRegistry())
+    coordinator.start()
+    streams = []
+    stopper: threading.Thread | None = None
+    with grpc.insecure_channel(f"127.0.0.1:{coordinator.port}") as channel:
+        stub = fedsv_pb2_grpc.CoordinatorStub(channel)
+        try:
+            for rank in range(100):
+                reply = stub.Join(
+                    fedsv_pb2.JoinRequest(rank=rank, world_size=100, num_samples=10), timeout=30
+                )
+                request = fedsv_pb2.SubscribeRequest(
+                    participant_id=reply.participant_id, session_token=reply.session_token
+                )
+                streams += [stub.Subscribe(request), stub.Subscribe(request)]
+            deadline = time.time() + 60
+            while sum(coordinator.state.open_calls.values()) < 200:
+                assert time.time() < deadline, "the 200 streams never reached the coordinator"
+                time.sleep(0.05)
+            assert coordinator.state.connected() == 100
+            stopper = threading.Thread(target=coordinator.stop)
+            stopper.start()
+            stopper.join(timeout=60)
+            assert not stopper.is_alive(), "stop() did not return"
+        finally:
+            if stopper is None:
+                coordinator.stop()
+        assert coordinator.state.connected() == 0 and not any(coordinator.state.open_calls.values())
+        for events in streams[:3]:
+            with pytest.raises(grpc.RpcError):
+                next(events)

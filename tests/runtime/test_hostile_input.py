@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from fedsv.common.call_settings import sender_metadata
 from fedsv.common.ranks import participant_id
 from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.common.wire import TensorSetAssembler, WireError, encode_tensor_set, iter_chunks
@@ -46,6 +47,7 @@ EXPECTED = {
     grpc.StatusCode.DATA_LOSS,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
+Metadata = tuple[tuple[str, str], ...] | None
 METHODS = ("Join", "Subscribe", "SubmitUpdate")
 DEFECTS = (
     "dtype", "shape", "missing_tensor", "extra_tensor", "rename", "duplicate_name", "too_many_tensors",
@@ -70,6 +72,7 @@ class Target:
     unexpected: list[str] = field(default_factory=list)
     during_run: int = 0
     replays: list[list[bytes]] = field(default_factory=list)
+    replay_senders: dict[int, Metadata] = field(default_factory=dict)  # id of a replay -> its metadata
 
     # ------------------------------------------------------------------ the coordinator's state
     def snapshot(self) -> tuple[int, dict[str, str], list[str], OpenRound | None]:
@@ -91,8 +94,8 @@ class Target:
             return 0 if info is None else info.num_samples
 
     # ------------------------------------------------------------------ sending
-    def call(self, method: str, payloads: list[bytes]) -> grpc.StatusCode:
-        """Send raw bytes as the request(s) of `method`; the status code it ended with."""
+    def call(self, method: str, payloads: list[bytes], metadata: Metadata = None) -> grpc.StatusCode:
+        """Send raw bytes as the request(s) of `method` (with `metadata`); the status code it ended with."""
         path = f"/fedsv.v1.Coordinator/{method}"
         try:
             if method == "Join":
@@ -101,13 +104,20 @@ class Target:
                 stream = self.channel.unary_stream(path)(payloads[0] if payloads else b"", timeout=30)
                 next(iter(stream))
             else:
-                self.channel.stream_unary(path)(iter(payloads), timeout=30)
+                self.channel.stream_unary(path)(iter(payloads), timeout=30, metadata=metadata)
         except grpc.RpcError as exc:
             if exc.code() not in EXPECTED:
                 self.unexpected.append(f"{method}: {exc.code().name} {exc.details()}")
             return exc.code()
         self.unexpected.append(f"{method}: accepted {[p[:200] for p in payloads]}")
         return grpc.StatusCode.OK
+
+
+def naming(pid: str, token: str) -> Metadata:
+    """The metadata naming `pid` with `token` as the sender of an update, if gRPC can carry it (printable
+    ASCII); None otherwise: such a call names no sender."""
+    legal = all(" " <= c <= "~" for c in pid + token)
+    return sender_metadata(pid, token) if legal else None
 
 
 def would_accept(
@@ -210,8 +220,11 @@ def _corrupt_chunks(data: st.DataObject, chunks: list[fedsv_pb2.Chunk], defect: 
     return chunks
 
 
-def build_update(data: st.DataObject, target: Target, auth: str) -> list[fedsv_pb2.UpdateMessage]:
-    """An update stream: a header with `auth` credentials and a copy of a real-sized delta, then defects."""
+def build_update(
+    data: st.DataObject, target: Target, auth: str
+) -> tuple[list[fedsv_pb2.UpdateMessage], tuple[str, str]]:
+    """An update stream: a header with `auth` credentials and a copy of a real-sized delta, then defects;
+    and the (participant id, session token) its header claims."""
     # Every draw is made whatever the coordinator's state (hypothesis requires it); the state only
     # decides how a draw is used.
     pick, junk = data.draw(st.integers(0, 63)), data.draw(texts)
@@ -285,16 +298,30 @@ def build_update(data: st.DataObject, target: Target, auth: str) -> list[fedsv_p
         messages = []
     if would_accept(messages, _spec(target)):  # a defect undone by another: make sure it is refused
         messages[0].header.delta.sha256 = bytes(32)
-    return messages
+    return messages, (pid, token)
+
+
+def sender_of(data: st.DataObject, target: Target, claimed: tuple[str, str]) -> Metadata:
+    """The metadata an attacker names an update's sender with: mostly the (pid, token) its header
+    claims, even where the stream then sends no header (so the checks behind the sender are reached),
+    sometimes nothing, sometimes another participant's stolen token."""
+    how, pick = data.draw(st.sampled_from(["header"] * 4 + ["none", "stolen"])), data.draw(st.integers(0, 63))
+    _, tokens, _, _ = target.snapshot()
+    if how == "stolen" and tokens:
+        pid = sorted(tokens)[pick % len(tokens)]
+        return naming(pid, tokens[pid])
+    return None if how == "none" else naming(*claimed)
 
 
 def attack_update(data: st.DataObject, target: Target) -> grpc.StatusCode:
     auth = data.draw(st.sampled_from(["stolen", "stolen", "stolen", "other_token", "bad_token", "unknown"]))
-    messages = build_update(data, target, auth)
+    messages, claimed = build_update(data, target, auth)
+    metadata = sender_of(data, target, claimed)
     payloads = [m.SerializeToString() for m in messages]
     if len(target.replays) < 50 and sum(map(len, payloads)) < (4 << 20):
         target.replays.append(payloads)
-    return target.call("SubmitUpdate", payloads)
+        target.replay_senders[id(payloads)] = metadata
+    return target.call("SubmitUpdate", payloads, metadata)
 
 
 def attack_replay(data: st.DataObject, target: Target) -> grpc.StatusCode:
@@ -316,11 +343,13 @@ def attack_replay(data: st.DataObject, target: Target) -> grpc.StatusCode:
         )
         messages = [fedsv_pb2.UpdateMessage(header=first)]
         messages += [fedsv_pb2.UpdateMessage(chunk=c) for c in iter_chunks(header, payloads)]
-        return target.call("SubmitUpdate", [m.SerializeToString() for m in messages])
-    if target.replays:
-        return target.call("SubmitUpdate", target.replays[index % len(target.replays)])
+        metadata = naming(pid, first.session_token)
+        return target.call("SubmitUpdate", [m.SerializeToString() for m in messages], metadata)
+    if target.replays:  # an earlier attack's bytes, in the name of whoever its header claimed
+        replay = target.replays[index % len(target.replays)]
+        return target.call("SubmitUpdate", replay, target.replay_senders.get(id(replay)))
     nobody = fedsv_pb2.UpdateMessage(header=fedsv_pb2.UpdateHeader(participant_id="nobody", round=1))
-    return target.call("SubmitUpdate", [nobody.SerializeToString()])
+    return target.call("SubmitUpdate", [nobody.SerializeToString()], naming("nobody", ""))
 
 
 def attack_join(data: st.DataObject, target: Target) -> grpc.StatusCode:
@@ -355,12 +384,20 @@ def attack_subscribe(data: st.DataObject, target: Target) -> grpc.StatusCode:
 
 
 def attack_bytes(data: st.DataObject, target: Target) -> grpc.StatusCode:
-    """Raw bytes: random, a message of another type, or a bad-credential message truncated or bit-flipped."""
+    """Raw bytes: random, a message of another type, or a bad-credential message truncated or bit-flipped;
+    an update's bytes mostly in the name of a participant whose session token was stolen (so that they
+    are read at all: an update naming no sender is refused before its first message)."""
     method = data.draw(st.sampled_from(METHODS))
     how = data.draw(st.sampled_from(["random", "other_type", "truncated", "flipped"]))
+    named, pick = data.draw(st.sampled_from([True, True, True, False])), data.draw(st.integers(0, 63))
+    _, tokens, _, _ = target.snapshot()
+    metadata: Metadata = None
+    if named and tokens:
+        pid = sorted(tokens)[pick % len(tokens)]
+        metadata = naming(pid, tokens[pid])
     if how == "random":
         blobs = data.draw(st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=3))
-        return target.call(method, blobs)
+        return target.call(method, blobs, metadata)
     join = fedsv_pb2.JoinRequest(rank=1, world_size=4, credential="not-" + CREDENTIAL, host="attacker")
     others: list[Any] = [
         join,
@@ -377,7 +414,7 @@ def attack_bytes(data: st.DataObject, target: Target) -> grpc.StatusCode:
         for _ in range(data.draw(st.integers(1, 4))):
             flipped[data.draw(st.integers(0, len(flipped) - 1))] ^= data.draw(st.integers(1, 255))
         blob = bytes(flipped)
-    return target.call(method, [blob])
+    return target.call(method, [blob], metadata)
 
 
 ATTACKS: dict[str, Callable[[st.DataObject, Target], grpc.StatusCode]] = {

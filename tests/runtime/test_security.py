@@ -7,7 +7,6 @@ import stat
 import threading
 import time
 from collections.abc import Generator, Iterator
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,15 +19,18 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from fedsv.common import certs
+from fedsv.common.call_settings import sender_metadata
 from fedsv.common.tls import channel_credentials, server_credentials
 from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.common.wire import encode_tensor_set, iter_chunks, spec_of
 from fedsv.coordinator.__main__ import main as coordinator_main
 from fedsv.coordinator.config import RunConfig, ServerConfig
+from fedsv.coordinator.grpc_server import CoordinatorServers
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.run_state import OpenRound, RunState
 from fedsv.coordinator.server import SERVICE_NAME, Coordinator
 from fedsv.coordinator.servicer import CoordinatorServicer
+from fedsv.coordinator.update_stream import UpdateLimits
 from fedsv.participant.__main__ import main as participant_main
 from fedsv.participant.worker import RankWorker
 
@@ -66,12 +68,12 @@ def _serve(
     state = RunState(4, tokens=tokens, require_peer=client_auth, max_streams=2)
     registry = CollectorRegistry()
     spec = fedsv_pb2.RunSpec(run_id="test", world_size=4, max_chunk_bytes=CHUNK)
-    servicer = CoordinatorServicer(
-        state, lambda rank: spec, spec_of(MODEL), CoordinatorMetrics(registry), CHUNK, 64 << 20, max_tensors=4
-    )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    fedsv_pb2_grpc.add_CoordinatorServicer_to_server(servicer, server)
-    port = server.add_secure_port("127.0.0.1:0", server_credentials(tls_dir, client_auth))
+    metrics = CoordinatorMetrics(registry)
+    limits = UpdateLimits(CHUNK, 64 << 20, max_tensors=4)
+    servicer = CoordinatorServicer(state, lambda rank: spec, spec_of(MODEL), metrics, limits)
+    credentials = server_credentials(tls_dir, client_auth)
+    server = CoordinatorServers(servicer, metrics, "127.0.0.1:0", credentials, world_size=4)
+    port = server.port
     server.start()
     header, payloads = encode_tensor_set(MODEL, chunk_bytes=CHUNK)
     state.open_round(
@@ -81,7 +83,7 @@ def _serve(
         yield Server(state, port, registry)
     finally:
         state.finish("finished")
-        server.stop(grace=None)
+        server.stop(grace=0)
 
 
 @pytest.fixture()
@@ -122,9 +124,15 @@ def _update(
     ]
 
 
-def _submit(stub: fedsv_pb2_grpc.CoordinatorStub, messages: list[fedsv_pb2.UpdateMessage]) -> grpc.StatusCode:
+def _submit(
+    stub: fedsv_pb2_grpc.CoordinatorStub, messages: list[fedsv_pb2.UpdateMessage], name_sender: bool = True
+) -> grpc.StatusCode:
+    """The status of SubmitUpdate; with `name_sender`, the metadata names the header's sender (as a
+    participant does)."""
+    header = messages[0].header
+    metadata = sender_metadata(header.participant_id, header.session_token) if name_sender else None
     try:
-        stub.SubmitUpdate(iter(messages), timeout=10)
+        stub.SubmitUpdate(iter(messages), timeout=10, metadata=metadata)
     except grpc.RpcError as exc:
         return exc.code()
     return grpc.StatusCode.OK
@@ -458,4 +466,82 @@ def test_a_participant_refused_for_capacity_sends_its_update_again(tmp_path: Pat
                 call.result(timeout=60)
     finally:
         release.set()
+        coordinator.stop()
+
+
+@pytest.mark.parametrize("mode", ["tokens", "insecure"])
+def test_header_less_streams_with_a_stolen_session_token_hold_only_that_participants_slots(
+    tmp_path: Path, tls_dir: Path, mode: str
+) -> None:
+    """Without client certificates the metadata's session token names a SubmitUpdate caller before it
+    sends anything: 40 header-less streams under p000's stolen token hold its 2 slots (until the
+    header deadline ends them) and the other 38 are refused RESOURCE_EXHAUSTED at once. The honest
+    run finishes every round with both updates; p000's own update, refused while the thief held its
+    slots, is sent again and taken."""
+    registry = CollectorRegistry()
+    tokens = certs.read_tokens(tls_dir / "tokens.txt")
+    run = RunConfig(participants=2, fraction=1.0, rounds=2, epochs=1, validation_size=100)
+    if mode == "tokens":  # TLS, no client certificates: per-participant tokens prove the id at Join
+        transport: dict[str, object] = {"tls_dir": str(tls_dir), "tls_client_auth": False}
+        transport["tokens_file"] = str(tls_dir / "tokens.txt")
+        client_dir = tmp_path / "client"  # the CA only: the participants present no certificate
+        client_dir.mkdir()
+        (client_dir / "ca.pem").write_bytes((tls_dir / "ca.pem").read_bytes())
+    else:
+        transport = {"insecure": True}
+    config = _server_config(tmp_path, header_timeout=3.0, **transport)
+    coordinator = Coordinator(run, config, registry=registry)
+    coordinator.start()
+    hold = threading.Event()
+
+    def nothing() -> Iterator[fedsv_pb2.UpdateMessage]:
+        hold.wait()
+        yield from ()
+
+    try:
+        if mode == "tokens":
+            target = f"localhost:{coordinator.port}"
+            ca = (tls_dir / "ca.pem").read_bytes()
+            thief = fedsv_pb2_grpc.CoordinatorStub(
+                grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=ca))
+            )
+            workers = [
+                RankWorker(target, r, 2, tls_dir=str(client_dir), token=tokens[f"p{r:03d}"], give_up_after=60)
+                for r in range(2)
+            ]
+        else:
+            target = f"127.0.0.1:{coordinator.port}"
+            thief = _stub(coordinator.port, None)
+            workers = [RankWorker(target, r, 2, give_up_after=60) for r in range(2)]
+        results: dict[int, str] = {}
+        threads = [threading.Thread(target=lambda w=w: results.update({w.rank: w.run()})) for w in workers]
+        for thread in threads:
+            thread.start()
+        deadline = time.time() + 120
+        while coordinator.state.connected() < 2:
+            assert time.time() < deadline, "the participants never subscribed"
+            time.sleep(0.05)
+        outcome: list[str] = []
+        loop = threading.Thread(target=lambda: outcome.append(coordinator.run()))
+        loop.start()
+        stolen = sender_metadata("p000", coordinator.state.participants["p000"].token)
+        calls = [thief.SubmitUpdate.future(nothing(), timeout=120, metadata=stolen) for _ in range(40)]
+        codes: dict[grpc.StatusCode, int] = {}
+        for call in calls:
+            with pytest.raises(grpc.RpcError) as info:
+                call.result(timeout=120)
+            codes[info.value.code()] = codes.get(info.value.code(), 0) + 1
+        assert codes == {grpc.StatusCode.RESOURCE_EXHAUSTED: 38, grpc.StatusCode.DEADLINE_EXCEEDED: 2}
+        loop.join(timeout=240)
+        assert outcome == ["finished"]
+        for thread in threads:
+            thread.join(timeout=60)
+        assert results == {0: "finished", 1: "finished"}
+        assert [r.received for r in coordinator.ledger.rounds()] == [["p000", "p001"], ["p000", "p001"]]
+        rejected = ("fedsv_updates_rejected_total", {"reason": "too_many_streams"})
+        assert (registry.get_sample_value(*rejected) or 0) >= 38
+        timed_out = ("fedsv_updates_rejected_total", {"reason": "header_timeout"})
+        assert registry.get_sample_value(*timed_out) == 2
+    finally:
+        hold.set()
         coordinator.stop()

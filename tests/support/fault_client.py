@@ -31,7 +31,10 @@ class StallingStub:
         return getattr(self._stub, name)
 
     def SubmitUpdate(
-        self, messages: Iterator[fedsv_pb2.UpdateMessage], timeout: float | None = None
+        self,
+        messages: Iterator[fedsv_pb2.UpdateMessage],
+        timeout: float | None = None,
+        metadata: tuple[tuple[str, str], ...] | None = None,
     ) -> fedsv_pb2.SubmitReply:
         def stalled() -> Iterator[fedsv_pb2.UpdateMessage]:
             for index, message in enumerate(messages):
@@ -40,7 +43,7 @@ class StallingStub:
                     threading.Event().wait()
                 yield message
 
-        return self._stub.SubmitUpdate(stalled(), timeout=None)
+        return self._stub.SubmitUpdate(stalled(), timeout=None, metadata=metadata)
 
 
 class StallingWorker(RankWorker):

@@ -33,6 +33,9 @@ def _one_line(err: str, prefix: str, *needles: str) -> None:
         ({"lr": -0.1}, ("lr must be a positive finite number",)),
         ({"update_norm_policy": "ignore"}, ("update_norm_policy must be one of",)),
         ({"eps": 0}, ("eps must be a positive finite number",)),
+        ({"header_timeout": 0}, ("header_timeout must be a positive finite number",)),
+        ({"header_timeout": "10"}, ("'header_timeout' must be float",)),
+        ({"max_participants": -1}, ("max_participants must be 0 or more",)),
         ({"participants": "x" * 5000}, ("'participants' must be int", "...")),
     ],
 )

@@ -1,0 +1,37 @@
+"""What every RPC handler shares: counting each message's bytes, and ending a refused call with its code."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NoReturn
+
+import grpc
+
+from fedsv.common.log_safety import RateLimitedLog, shown
+from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.run_state import RunState
+from fedsv.coordinator.status_codes import status_of
+
+logger = logging.getLogger(__name__)
+
+
+class Calls:
+    """Traffic accounting (RunState per round, Prometheus in total) and refusals of one coordinator."""
+
+    def __init__(self, state: RunState, metrics: CoordinatorMetrics) -> None:
+        self.state = state
+        self.metrics = metrics
+        self._log = RateLimitedLog(logger)
+
+    def count(self, round_number: int, rpc: str, direction: str, message: Any) -> None:
+        size = message.ByteSize()
+        self.state.count(round_number, rpc, direction, size)
+        self.metrics.record_rpc(rpc, direction, size)
+
+    async def refuse(self, context: grpc.aio.ServicerContext, reason: str, message: str) -> NoReturn:
+        """Count the refusal and end the call with the reason's status code (status_codes.py)."""
+        self.metrics.reject(reason)
+        message = shown(message)
+        self._log.log(logging.INFO, reason, "rejected (%s): %s", reason, message)
+        await context.abort(status_of(reason), message)
+        raise AssertionError("unreachable")  # context.abort raises
