@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -96,6 +97,23 @@ def flops_per_coalition(game: RoundGame, batch: int = 256) -> float:
     return counter.get_total_flops() / batch
 
 
+def game_of(case: GpuCase, device: str, **options: Any) -> RoundGame:
+    """A fresh round game of the case's first m participants on `device` (RoundGame's options)."""
+    rnd = case.rnd
+    model = build_model(rnd.model_name, rnd.input_shape)
+    m = case.m
+    return RoundGame(
+        model,
+        rnd.global_params,
+        rnd.deltas[:m],
+        rnd.counts[:m],
+        rnd.x_val,
+        rnd.y_val,
+        device=device,
+        **options,
+    )
+
+
 def time_exact(
     case: GpuCase,
     device: str,
@@ -111,18 +129,7 @@ def time_exact(
     warmup = case.m <= 20
 
     def make_game(fused: bool) -> RoundGame:
-        return RoundGame(
-            build_model(case.rnd.model_name, case.rnd.input_shape),
-            case.rnd.global_params,
-            case.rnd.deltas[: case.m],
-            case.rnd.counts[: case.m],
-            case.rnd.x_val,
-            case.rnd.y_val,
-            device=device,
-            precision=precision,
-            working_set_floats=working_set,
-            fused=fused,
-        )
+        return game_of(case, device, precision=precision, working_set_floats=working_set, fused=fused)
 
     for repeat in range(repeats + int(warmup)):
         synchronize(resolve_device(device))
@@ -160,16 +167,7 @@ def cpu_agreement(case: GpuCase, gpu: CaseTiming, device: str) -> str:
     count = int(min(COMPARE_COALITIONS, max(16, CPU_FLOPS / 10 / gpu.flops_per_coalition)))
     rows = members_of(np.random.default_rng(11).integers(0, 2**case.m, count), case.m)
     on_cpu = cpu_game.evaluate_uncached(rows)
-    gpu_game = RoundGame(
-        cpu_game.model,
-        case.rnd.global_params,
-        case.rnd.deltas[: case.m],
-        case.rnd.counts[: case.m],
-        case.rnd.x_val,
-        case.rnd.y_val,
-        device=device,
-    )
-    on_gpu = gpu_game.evaluate_uncached(rows)
+    on_gpu = game_of(case, device).evaluate_uncached(rows)
     gap = np.abs(on_cpu - on_gpu)
     differ = int(np.sum(gap > ROUNDING))  # an accuracy differs by 1/n or more when an image flips
     return f"U of {count} coalitions: {differ} differ, max |dU| {float(gap.max()):.1e}"
