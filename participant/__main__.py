@@ -1,4 +1,4 @@
-"""`python -m fedsv.participant`: play one or more ranks of a run (flags, mpirun, Kubernetes, torchrun)."""
+"""`python -m fedsv.participant`: play one or many ranks of a run (flags, mpirun, Kubernetes, torchrun)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from fedsv.common.certs import read_tokens
 from fedsv.common.ranks import participant_id
 from fedsv.common.task import load_task
 from fedsv.common.tls import channel_credentials, rank_token
+from fedsv.participant.host import RankHost
 from fedsv.participant.local import LocalSettings, preload
 from fedsv.participant.ranks import resolve_ranks
 from fedsv.participant.worker import RankWorker
@@ -86,6 +87,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads per process (1 = deterministic)"
     )
+    parser.add_argument(
+        "--training-threads",
+        type=int,
+        default=0,
+        help="threads that train this process's selected ranks (0 = about the cores); the ranks "
+        "themselves are coroutines on one event loop",
+    )
     parser.add_argument("--give-up-after", type=float, default=600.0, help="seconds without a coordinator")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
@@ -129,21 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for rank in assignment.ranks
     ]
-    results: dict[int, str] = {}
-
-    def play(worker: RankWorker) -> None:
-        try:
-            results[worker.rank] = worker.run()
-        except Exception as exc:  # a rank's failure must not take the other ranks of the process down
-            logger.exception("rank %d failed", worker.rank)
-            results[worker.rank] = f"error: {exc}"
-
-    threads = [threading.Thread(target=play, args=(w,), name=f"rank-{w.rank}", daemon=True) for w in workers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(timeout=0.5)
+    results = RankHost(workers, stop, training_threads=args.training_threads).run()
     logger.info("ranks %s (%s) ended: %s", assignment.ranks, assignment.source, results)
     return 0 if all(r == "finished" for r in results.values()) else 1
 

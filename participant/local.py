@@ -46,15 +46,26 @@ def preload(settings: LocalSettings, task: LoadedTask | None, rank: int) -> Samp
     return task.local_data(source)
 
 
+def _keeps_state(model: nn.Module) -> bool:
+    """True when the model holds state a round does not overwrite (integer buffers count locally)."""
+    return any(not buffer.is_floating_point() for buffer in model.buffers())
+
+
 @dataclass
 class LocalRank:
-    """Everything one rank trains with, once the run's spec is known."""
+    """Everything one rank trains with, once the run's spec is known.
+
+    The model is built when the rank trains and dropped afterwards (each round overwrites its
+    parameters and float buffers with w_t), so an idle rank holds only its samples; a model with
+    integer buffers (they count locally across rounds) is kept."""
 
     rank: int
     task: LoadedTask
     samples: Samples
     corruption: Corruption | None
-    model: nn.Module
+    seed: int
+    device: str
+    model: nn.Module | None = None
 
     @classmethod
     def prepare(
@@ -82,10 +93,15 @@ class LocalRank:
                 )
             elif (spec.corruption or "none") != "none":
                 raise TaskError(f"the run corrupts rank {rank}, which applies to simulated data only")
-            model = loaded.build_model(spec.seed).to(resolve_device(settings.device))
+            local = cls(rank, loaded, samples, corruption, spec.seed, settings.device)
+            model = local._build()  # a model the task cannot build: an error now, not in round 1
         except (TaskError, ValueError) as exc:
             raise LocalSetupError(str(exc)) from exc
-        return cls(rank, loaded, samples, corruption, model)
+        local.model = model if _keeps_state(model) else None
+        return local
+
+    def _build(self) -> nn.Module:
+        return self.task.build_model(self.seed).to(resolve_device(self.device))
 
     def train(
         self, params: dict[str, Tensor], task: fedsv_pb2.RoundTask, train: fedsv_pb2.TrainSettings
@@ -102,5 +118,6 @@ class LocalRank:
             weight_decay=train.weight_decay,
         )
         with _TRAIN_LOCK:
-            delta = self.task.local_update(self.model, params, self.samples, context, self.corruption)
+            model = self.model if self.model is not None else self._build()
+            delta = self.task.local_update(model, params, self.samples, context, self.corruption)
         return {name: tensor.cpu() for name, tensor in delta.items()}  # the wire codec reads host memory

@@ -1,80 +1,45 @@
-"""One rank's life: join, take round tasks, train locally, stream the delta back; reconnect when cut off."""
+"""One rank's life as a coroutine: join, take tasks, train in the pool, stream the delta back; reconnect."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import random
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import grpc
 from torch import Tensor
 
-from fedsv.common.call_settings import CLIENT_KEEPALIVE, sender_metadata
+from fedsv.common.call_settings import sender_metadata
 from fedsv.common.data.sources import Samples
-from fedsv.common.limits import DEFAULT_CHUNK_BYTES, GRPC_MESSAGE_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES
+from fedsv.common.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES
 from fedsv.common.task import LoadedTask
-from fedsv.common.tls import channel_credentials
 from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
-from fedsv.common.wire import TensorSetAssembler, encode_tensor_set, iter_chunks
+from fedsv.common.wire import ChunkPayloads, TensorSetAssembler, encode_tensor_set, iter_chunks
 from fedsv.participant.local import LocalRank, LocalSettings, LocalSetupError
+from fedsv.participant.retry import (
+    JOIN_REFUSED,
+    RESUBMIT,
+    RETRYABLE,
+    Backoff,
+    JoinRefused,
+    sleep_unless_stopped,
+)
+from fedsv.participant.shared import Shared
 
 logger = logging.getLogger(__name__)
 
-CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES),
-    *CLIENT_KEEPALIVE,  # in step with the coordinator's keepalive policy (fedsv.common.call_settings)
-    # The channel's own reconnect backoff (gRPC's default grows to 120 s): while it waits, every call
-    # fails at once, so a coordinator back after a restart would be found only that late. Keep it
-    # within Backoff's cap.
-    ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 5_000),
-]
-RETRYABLE = {
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.CANCELLED,
-    grpc.StatusCode.UNKNOWN,
-    grpc.StatusCode.INTERNAL,
-    grpc.StatusCode.NOT_FOUND,  # a restarted coordinator no longer knows our session: join again
-    grpc.StatusCode.UNAUTHENTICATED,  # our session token was replaced: join again
-    grpc.StatusCode.RESOURCE_EXHAUSTED,  # too many calls at once (e.g. our old stream still closing)
-}
-# An update refused for these is sent again, with backoff, while its round is open.
-RESUBMIT = {grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE}
-# A Join refused for who we are (credential, token, certificate) will be refused again: give up.
-JOIN_REFUSED = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
-
-
-class JoinRefused(Exception):
-    """The coordinator refused who we are at Join: trying again cannot help."""
-
-    def __init__(self, code: grpc.StatusCode, details: str | None) -> None:
-        super().__init__(f"{code.name} {details or ''}".strip())
-        self.code = code
-
-
-class Backoff:
-    """Exponential backoff with jitter between reconnection attempts."""
-
-    def __init__(self, first: float = 0.2, cap: float = 5.0, seed: int = 0) -> None:
-        self.first, self.cap, self.delay = first, cap, first
-        self._random = random.Random(seed)
-
-    def next(self) -> float:
-        delay = self.delay * (0.5 + self._random.random() / 2)
-        self.delay = min(self.cap, self.delay * 2)
-        return delay
-
-    def reset(self) -> None:
-        self.delay = self.first
+Metadata = Sequence[tuple[str, str]]
 
 
 class RankWorker:
-    """Plays one rank of the run until the coordinator ends it (or `give_up_after` seconds unreachable)."""
+    """Plays one rank of the run until the coordinator ends it (or `give_up_after` seconds unreachable).
+
+    `play` is the rank as a coroutine on a process's event loop (`fedsv.participant.host.RankHost`
+    runs thousands of them); `run` plays it alone, blocking, on an event loop of its own."""
 
     def __init__(
         self,
@@ -105,64 +70,58 @@ class RankWorker:
         self._local: LocalRank | None = None
 
     def run(self) -> str:
+        """Play this rank alone (its own event loop, channel and one training thread); blocks."""
+        from fedsv.participant.host import RankHost  # the host runs workers: imported when used
+
+        return RankHost([self], self.stop, training_threads=1).run()[self.rank]
+
+    async def play(self, shared: Shared) -> str:
         """Returns the coordinator's end reason, or why this rank gave up."""
         backoff = Backoff(seed=self.rank)
         last_contact = self.joined_at = time.time()
-        with self._channel() as channel:
-            stub = fedsv_pb2_grpc.CoordinatorStub(channel)
-            while not self.stop.is_set():
-                session_started = time.time()
-                try:
-                    reason = self._session(stub)
-                    if reason is not None:
-                        return reason
-                    backoff.reset()
+        stub = fedsv_pb2_grpc.CoordinatorStub(shared.channels.channel(self.rank))
+        while not self.stop.is_set():
+            session_started = time.time()
+            try:
+                reason = await self._session(stub, shared)
+                if reason is not None:
+                    return reason
+                backoff.reset()
+                last_contact = time.time()
+            except JoinRefused as exc:
+                logger.error("rank %d: coordinator refused our Join: %s", self.rank, exc)
+                return f"refused: {exc.code.name}"
+            except LocalSetupError as exc:
+                logger.error("rank %d: cannot take part: %s", self.rank, exc)
+                return f"error: {exc}"
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code not in RETRYABLE:
+                    logger.error("rank %d: coordinator refused us: %s %s", self.rank, code, exc.details())
+                    return f"refused: {code.name}"
+                if self.joined_at >= session_started:  # we reached it: unreachable only from now on
                     last_contact = time.time()
-                except JoinRefused as exc:
-                    logger.error("rank %d: coordinator refused our Join: %s", self.rank, exc)
-                    return f"refused: {exc.code.name}"
-                except LocalSetupError as exc:
-                    logger.error("rank %d: cannot take part: %s", self.rank, exc)
-                    return f"error: {exc}"
-                except grpc.RpcError as exc:
-                    code = exc.code()
-                    if code not in RETRYABLE:
-                        logger.error("rank %d: coordinator refused us: %s %s", self.rank, code, exc.details())
-                        return f"refused: {code.name}"
-                    if self.joined_at >= session_started:  # we reached it: unreachable only from now on
-                        last_contact = time.time()
-                        backoff.reset()
-                    if time.time() - last_contact > self.give_up_after:
-                        return "gave up: coordinator unreachable"
-                    delay = backoff.next()
-                    logger.info("rank %d: %s; reconnecting in %.1fs", self.rank, code.name, delay)
-                    self.stop.wait(delay)
+                    backoff.reset()
+                if time.time() - last_contact > self.give_up_after:
+                    return "gave up: coordinator unreachable"
+                delay = backoff.next()  # jittered: a burst of ranks cut off together comes back spread out
+                logger.info("rank %d: %s; reconnecting in %.1fs", self.rank, code.name, delay)
+                await sleep_unless_stopped(self.stop, delay)
         return "stopped"
 
-    def _channel(self) -> grpc.Channel:
-        if not self.tls_dir:
-            return grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
-        credentials, mutual = channel_credentials(self.tls_dir, self.rank)
-        options: list[tuple[str, int | str]] = list(CHANNEL_OPTIONS)
-        if self.server_name:
-            options.append(("grpc.ssl_target_name_override", self.server_name))
-        logger.info("rank %d: TLS to %s (%s)", self.rank, self.target, "mutual" if mutual else "server only")
-        return grpc.secure_channel(self.target, credentials, options=options)
-
-    def _join(self, stub: fedsv_pb2_grpc.CoordinatorStub, num_samples: int) -> fedsv_pb2.JoinReply:
+    async def _join(self, stub: Any, shared: Shared, num_samples: int) -> fedsv_pb2.JoinReply:
         """Join as this rank, declaring `num_samples` (0 while a simulated shard is not derived yet)."""
+        request = fedsv_pb2.JoinRequest(
+            rank=self.rank,
+            world_size=self.world_size,
+            num_samples=num_samples,
+            credential=self.credential,
+            host=socket.gethostname(),
+            participant_token=self.token,
+        )
         try:
-            reply: fedsv_pb2.JoinReply = stub.Join(
-                fedsv_pb2.JoinRequest(
-                    rank=self.rank,
-                    world_size=self.world_size,
-                    num_samples=num_samples,
-                    credential=self.credential,
-                    host=socket.gethostname(),
-                    participant_token=self.token,
-                ),
-                timeout=30,
-            )
+            async with shared.join_slots:
+                reply: fedsv_pb2.JoinReply = await stub.Join(request, timeout=30)
         except grpc.RpcError as exc:
             if exc.code() in JOIN_REFUSED:
                 raise JoinRefused(exc.code(), exc.details()) from exc
@@ -170,59 +129,76 @@ class RankWorker:
         self.joined_at = time.time()
         return reply
 
-    def _session(self, stub: fedsv_pb2_grpc.CoordinatorStub) -> str | None:
+    async def _session(self, stub: Any, shared: Shared) -> str | None:
         """Join and follow the task stream; None if the stream ended without the end of the run."""
         known = self._local.samples if self._local else self._samples
-        reply = self._join(stub, len(known) if known is not None else 0)
+        reply = await self._join(stub, shared, len(known) if known is not None else 0)
         if self._local is None:
-            self._local = LocalRank.prepare(
-                self.rank, reply.run, self.local_settings, self._task, self._samples
+            self._local = await asyncio.get_running_loop().run_in_executor(
+                shared.executor,
+                LocalRank.prepare,
+                self.rank,
+                reply.run,
+                self.local_settings,
+                self._task,
+                self._samples,
             )
             logger.info("rank %d: %d local samples", self.rank, len(self._local.samples))
             if known is None:  # the shard is derived now: declare its size
-                reply = self._join(stub, len(self._local.samples))
+                reply = await self._join(stub, shared, len(self._local.samples))
         assembler: TensorSetAssembler | None = None
         task: fedsv_pb2.RoundTask | None = None
         received = 0
-        for event in stub.Subscribe(
+        call = stub.Subscribe(
             fedsv_pb2.SubscribeRequest(participant_id=reply.participant_id, session_token=reply.session_token)
-        ):
-            kind = event.WhichOneof("kind")
-            if kind == "end":
-                logger.info("rank %d: run ended (%s)", self.rank, event.end.reason)
-                return event.end.reason or "finished"
-            if kind == "task":
-                task, received = event.task, 0
-                assembler = TensorSetAssembler(
-                    task.model,
-                    max_total_bytes=MAX_TENSOR_SET_BYTES,
-                    max_chunk_bytes=reply.run.max_chunk_bytes or MAX_CHUNK_BYTES,
-                )
-            elif kind == "chunk" and assembler is not None and task is not None:
-                assembler.add(event.chunk)
-                received += 1
-            if task is not None and assembler is not None and received == task.model.num_chunks:
-                params = assembler.finish()
-                self._train_and_submit(stub, reply, task, params)
-                task, assembler = None, None
-            if self.stop.is_set():
-                return "stopped"
+        )
+        try:
+            async for event in call:
+                kind = event.WhichOneof("kind")
+                if kind == "end":
+                    logger.info("rank %d: run ended (%s)", self.rank, event.end.reason)
+                    return str(event.end.reason or "finished")
+                if kind == "task":
+                    task, received = event.task, 0
+                    assembler = TensorSetAssembler(
+                        task.model,
+                        max_total_bytes=MAX_TENSOR_SET_BYTES,
+                        max_chunk_bytes=reply.run.max_chunk_bytes or MAX_CHUNK_BYTES,
+                    )
+                elif kind == "chunk" and assembler is not None and task is not None:
+                    assembler.add(event.chunk)
+                    received += 1
+                if task is not None and assembler is not None and received == task.model.num_chunks:
+                    await self._train_and_submit(stub, shared, reply, task, assembler)
+                    task, assembler = None, None
+                if self.stop.is_set():
+                    return "stopped"
+        finally:
+            call.cancel()  # a no-op once the stream ended; else the server sees the client go away
         return None
 
-    def _train_and_submit(
+    async def _train_and_submit(
         self,
-        stub: fedsv_pb2_grpc.CoordinatorStub,
+        stub: Any,
+        shared: Shared,
         reply: fedsv_pb2.JoinReply,
         task: fedsv_pb2.RoundTask,
-        params: dict[str, Tensor],
+        assembler: TensorSetAssembler,
     ) -> None:
         local = self._local
         assert local is not None
-        started = time.time()
-        delta = local.train(params, task, reply.run.train)
-        seconds = time.time() - started
         chunk_bytes = min(reply.run.max_chunk_bytes or DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_BYTES)
-        header, payloads = encode_tensor_set(delta, chunk_bytes=chunk_bytes)
+
+        def train() -> tuple[fedsv_pb2.TensorSetHeader, ChunkPayloads, float]:
+            """CPU work, run in the pool: the event loop (every other rank) stays responsive."""
+            params: dict[str, Tensor] = assembler.finish()
+            started = time.time()
+            delta = local.train(params, task, reply.run.train)
+            seconds = time.time() - started
+            header, payloads = encode_tensor_set(delta, chunk_bytes=chunk_bytes)
+            return header, payloads, seconds
+
+        header, payloads, seconds = await asyncio.get_running_loop().run_in_executor(shared.executor, train)
 
         def messages() -> Iterator[fedsv_pb2.UpdateMessage]:
             yield fedsv_pb2.UpdateMessage(
@@ -240,13 +216,10 @@ class RankWorker:
 
         deadline = task.deadline_unix_ms / 1000
         backoff = Backoff(first=0.2, cap=2.0, seed=self.rank)
+        metadata = sender_metadata(reply.participant_id, reply.session_token)
         while True:
             try:
-                stub.SubmitUpdate(
-                    messages(),
-                    timeout=max(5.0, deadline - time.time() + 30),
-                    metadata=sender_metadata(reply.participant_id, reply.session_token),
-                )
+                await self._send(stub, messages(), max(5.0, deadline - time.time() + 30), metadata)
                 self.rounds_trained.append(task.round)
                 logger.info("rank %d: round %d delta sent (%.2fs training)", self.rank, task.round, seconds)
                 return
@@ -259,7 +232,7 @@ class RankWorker:
                     logger.info(
                         "rank %d: round %d update %s; again in %.1fs", self.rank, task.round, code, delay
                     )
-                    self.stop.wait(delay)
+                    await sleep_unless_stopped(self.stop, delay)
                     continue
                 if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                     raise
@@ -267,3 +240,10 @@ class RankWorker:
                     "rank %d: round %d update rejected: %s %s", self.rank, task.round, code, exc.details()
                 )
                 return
+
+    async def _send(
+        self, stub: Any, messages: Iterator[fedsv_pb2.UpdateMessage], timeout: float, metadata: Metadata
+    ) -> fedsv_pb2.SubmitReply:
+        """One SubmitUpdate call streaming `messages` (tests replace it to stall an upload)."""
+        reply: fedsv_pb2.SubmitReply = await stub.SubmitUpdate(messages, timeout=timeout, metadata=metadata)
+        return reply

@@ -6,10 +6,12 @@ import functools
 import threading
 from dataclasses import dataclass
 
+import numpy as np
+
 from fedsv.common.corruptions import Corruption, parse_corruption
 from fedsv.common.data import DATASET_NAMES, ArrayDataset, DatasetSplits, load_dataset
 from fedsv.common.data.sources import Samples
-from fedsv.common.partition import participant_indices
+from fedsv.common.partition import partition_indices
 
 _LOAD_LOCK = threading.Lock()
 
@@ -29,6 +31,23 @@ def cached_splits(dataset: str, data_dir: str, seed: int, validation_size: int) 
         return _load_splits(dataset, data_dir, seed, validation_size)
 
 
+_PARTITIONS: dict[tuple[int, int, str, int], tuple[DatasetSplits, list[np.ndarray]]] = {}
+
+
+def _partition(splits: DatasetSplits, world_size: int, partition: str, seed: int) -> list[np.ndarray]:
+    """Every rank's indices into the training split, computed once per process: a process playing
+    thousands of ranks would otherwise cut the whole split once per rank."""
+    key = (id(splits), world_size, partition, seed)
+    with _LOAD_LOCK:
+        cached = _PARTITIONS.get(key)
+        if cached is None or cached[0] is not splits:
+            if len(_PARTITIONS) >= 4:
+                _PARTITIONS.clear()
+            cached = (splits, partition_indices(splits.train.y, world_size, partition, seed))
+            _PARTITIONS[key] = cached
+        return cached[1]
+
+
 def load_shard(
     splits: DatasetSplits,
     rank: int,
@@ -38,7 +57,9 @@ def load_shard(
     corruption_spec: str = "none",
 ) -> tuple[ArrayDataset, Corruption]:
     """The rank's part of the training split, with label flipping applied; the corruption for training."""
-    indices = participant_indices(splits.train.y, rank, world_size, partition, seed)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must lie in 0..{world_size - 1}, got {rank}")
+    indices = _partition(splits, world_size, partition, seed)[rank]
     shard = splits.train.subset(indices)
     corruption = parse_corruption(corruption_spec)
     if corruption.label_flip_ratio > 0:

@@ -250,10 +250,11 @@ def _participant_ranks(
         def __init__(
             self, address: str, rank: int, world_size: int, tls_dir: str = "", samples: Any = None, **_: Any
         ) -> None:
-            self.rank = rank
+            self.rank, self.target, self.tls_dir = rank, address, tls_dir
+            self.server_name = str(_.get("server_name", ""))
             played.append((address, rank, world_size, tls_dir, None if samples is None else len(samples)))
 
-        def run(self) -> str:
+        async def play(self, shared: Any) -> str:
             return "finished"
 
     for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"):

@@ -8,46 +8,21 @@ chunks, writes a marker file, then blocks forever (until the test SIGKILLs it).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
-import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
-from fedsv.participant.worker import RankWorker
-
-
-class StallingStub:
-    """The coordinator stub, but SubmitUpdate stalls its stream after the header and `chunks` chunks."""
-
-    def __init__(self, stub: fedsv_pb2_grpc.CoordinatorStub, chunks: int, ready: Path) -> None:
-        self._stub, self._chunks, self._ready = stub, chunks, ready
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stub, name)
-
-    def SubmitUpdate(
-        self,
-        messages: Iterator[fedsv_pb2.UpdateMessage],
-        timeout: float | None = None,
-        metadata: tuple[tuple[str, str], ...] | None = None,
-    ) -> fedsv_pb2.SubmitReply:
-        def stalled() -> Iterator[fedsv_pb2.UpdateMessage]:
-            for index, message in enumerate(messages):
-                if index > self._chunks:  # gRPC asks for the next message once the last one went out
-                    self._ready.write_text(f"{self._chunks}\n")
-                    threading.Event().wait()
-                yield message
-
-        return self._stub.SubmitUpdate(stalled(), timeout=None, metadata=metadata)
+from fedsv.common.v1 import fedsv_pb2
+from fedsv.participant.worker import Metadata, RankWorker
 
 
 class StallingWorker(RankWorker):
-    """A RankWorker whose update stream stalls part way (see StallingStub)."""
+    """A RankWorker whose update stream stalls after the header and `chunks` chunks."""
 
     def __init__(
         self, target: str, rank: int, world_size: int, chunks: int, ready: Path, tls_dir: str = ""
@@ -55,15 +30,18 @@ class StallingWorker(RankWorker):
         super().__init__(target, rank, world_size, tls_dir=tls_dir)
         self.chunks, self.ready = chunks, ready
 
-    def _train_and_submit(
-        self,
-        stub: fedsv_pb2_grpc.CoordinatorStub,
-        reply: fedsv_pb2.JoinReply,
-        task: fedsv_pb2.RoundTask,
-        params: dict,
-    ) -> None:
-        stalling = StallingStub(stub, self.chunks, self.ready)
-        super()._train_and_submit(stalling, reply, task, params)  # type: ignore[arg-type]
+    async def _send(
+        self, stub: Any, messages: Iterator[fedsv_pb2.UpdateMessage], timeout: float, metadata: Metadata
+    ) -> fedsv_pb2.SubmitReply:
+        async def stalled() -> AsyncIterator[fedsv_pb2.UpdateMessage]:
+            for index, message in enumerate(messages):
+                if index > self.chunks:  # gRPC asks for the next message once the last one went out
+                    self.ready.write_text(f"{self.chunks}\n")
+                    await asyncio.Event().wait()
+                yield message
+
+        reply: fedsv_pb2.SubmitReply = await stub.SubmitUpdate(stalled(), timeout=None, metadata=metadata)
+        return reply
 
 
 def main() -> int:
