@@ -5,7 +5,7 @@ import warnings
 
 from fedsv.common.v1 import fedsv_pb2 as fedsv_dot_v1_dot_fedsv__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
