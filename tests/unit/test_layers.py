@@ -1,4 +1,4 @@
-"""The import contract: fedsv.valuation < fedsv.common < fedsv.coordinator | fedsv.participant < fedsv.app."""
+"""The import contract: valuation < common < coordinator | participant < app | integrations (fedsv.*)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ ALLOWED: dict[str, set[str]] = {
     "fedsv.coordinator": {"fedsv.valuation", "fedsv.common"},
     "fedsv.participant": {"fedsv.valuation", "fedsv.common"},
     "fedsv.app": {"fedsv.valuation", "fedsv.common", "fedsv.coordinator", "fedsv.participant"},
+    # Beside fedsv.app: other frameworks' servers valuing with fedsv (the ledger and metrics are the
+    # coordinator's).
+    "fedsv.integrations": {"fedsv.valuation", "fedsv.common", "fedsv.coordinator"},
 }
 # Public modules at the top of the package that belong to a layer: the task interface is common's.
 PUBLIC = {"fedsv.task": "fedsv.common", "fedsv.tasks": "fedsv.common"}
@@ -37,8 +40,16 @@ def layer_of(module: str) -> str | None:
     return head if len(parts) >= 2 and head in ALLOWED else None
 
 
-OPTIONAL = {"fedsv.valuation.fused_head_kernel": "triton"}
-"""Modules that import a package only some machines have (Triton comes with CUDA builds of torch)."""
+OPTIONAL = {"fedsv.valuation.fused_head_kernel": "triton", "fedsv.integrations.flower": "flwr"}
+"""Modules (and packages, with all they hold) that import a package only some machines have (Triton
+comes with CUDA builds of torch; flwr with the flower extra)."""
+
+
+def installed_for(module: str) -> bool:
+    """False when the module, or a package it lies in, needs an optional package this machine lacks."""
+    parts = module.split(".")
+    needs = [OPTIONAL[name] for i in range(len(parts)) if (name := ".".join(parts[: i + 1])) in OPTIONAL]
+    return all(importlib.util.find_spec(package) is not None for package in needs)
 
 
 def modules_of(layer: str) -> dict[str, Path]:
@@ -108,11 +119,7 @@ print(json.dumps(sorted(sys.modules)))
 def test_importing_a_layer_loads_only_the_layers_below_it(layer: str, tmp_path: Path) -> None:
     """In a fresh interpreter, outside the checkout: import every module of the layer, read sys.modules."""
     # A module that needs a package installed only on some machines is imported only where it is.
-    modules = sorted(
-        name
-        for name in modules_of(layer)
-        if OPTIONAL.get(name) is None or importlib.util.find_spec(OPTIONAL[name]) is not None
-    )
+    modules = sorted(name for name in modules_of(layer) if installed_for(name))
     proc = subprocess.run(
         [sys.executable, "-c", LOAD_LAYER, *modules],
         cwd=tmp_path,

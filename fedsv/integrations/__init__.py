@@ -1,0 +1,1 @@
+"""Integrations of fedsv's valuation with other federated-learning frameworks (optional extras)."""

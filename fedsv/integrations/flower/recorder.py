@@ -1,0 +1,122 @@
+"""A Flower run's rounds and values into fedsv's ledger (and optional Prometheus metrics)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+from prometheus_client import CollectorRegistry
+from torch import Tensor
+
+from fedsv.coordinator.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow, UpdateRow
+from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.records import value_rows
+from fedsv.valuation import FederatedValuation, RoundValues
+
+logger = logging.getLogger(__name__)
+
+LEDGER_NAME = "ledger.sqlite"  # what `fedsv report DIR` opens
+
+
+def ledger_file(path: str | Path) -> Path:
+    """A `.sqlite` path as is; any other path is a run directory holding ledger.sqlite (created)."""
+    target = Path(path)
+    if target.suffix == ".sqlite":
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    return target / LEDGER_NAME
+
+
+def params_bytes(params: dict[str, Tensor]) -> bytes:
+    """The aggregated model as torch.save bytes (the ledger's checkpoint of the last round)."""
+    buffer = io.BytesIO()
+    torch.save({n: t.detach().cpu() for n, t in params.items()}, buffer)
+    return buffer.getvalue()
+
+
+class RunRecorder:
+    """Commits each valued round (record, values, updates, traffic, checkpoint) in one transaction."""
+
+    def __init__(
+        self,
+        ledger: str | Path | None,
+        config: dict[str, Any],
+        run_id: str | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.accounting = FederatedValuation()
+        self.run_id = run_id or f"flower-{uuid.uuid4().hex[:12]}"
+        self.ledger = Ledger(ledger_file(ledger)) if ledger is not None else None
+        if self.ledger is not None:
+            self.ledger.ensure_run(self.run_id, config)
+        self.metrics = CoordinatorMetrics(registry) if registry is not None else None
+
+    def commit(
+        self,
+        record: RoundRecord,
+        values: RoundValues | None,
+        num_samples: dict[str, int],
+        traffic: list[TrafficRow],
+        params: dict[str, Tensor],
+    ) -> None:
+        """Record a round (values None: nothing was aggregated; values already in `accounting`)."""
+        rows = value_rows(values) if values is not None else []
+        # Flower replies carry no training time of their own: 0.0 stands for "not reported".
+        updates = [UpdateRow(record.round, pid, n, 0.0) for pid, n in num_samples.items()]
+        if self.ledger is not None:
+            checkpoint = Checkpoint(record.round, params_bytes(params), "{}")
+            self.ledger.commit_round(record, rows, traffic, checkpoint, updates)
+        if self.metrics is not None:
+            self.metrics.observe_round(record, self.accounting.totals())
+        logger.debug("recorded round %d (%d values)", record.round, len(rows))
+
+    def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
+
+
+def round_record(
+    number: int,
+    selected: list[str],
+    values: RoundValues | None,
+    traffic: tuple[tuple[int, int], tuple[int, int]],
+    model_bytes: int,
+    seconds: tuple[float, float, float],
+    started_at: float,
+) -> RoundRecord:
+    """The ledger's record of a Flower round; traffic ((bytes, msgs) up, down), seconds (round, agg, val)."""
+    (bytes_up, messages_up), (bytes_down, messages_down) = traffic
+    received = list(values.participants) if values is not None else []
+    return RoundRecord(
+        round=number,
+        selected=selected,
+        received=received,
+        stragglers=[p for p in selected if p not in received],
+        utility_before=values.utility_before if values is not None else math.nan,
+        utility_after=values.utility_after if values is not None else math.nan,
+        test_accuracy=math.nan,
+        test_loss=math.nan,
+        method=values.method if values is not None else "none",
+        evaluations=values.evaluations if values is not None else 0,
+        valuation_seconds=seconds[2],
+        round_seconds=seconds[0],
+        train_wait_seconds=max(0.0, seconds[0] - seconds[1] - seconds[2]),
+        aggregation_seconds=seconds[1],
+        evaluation_seconds=0.0,
+        bytes_up=bytes_up,
+        bytes_down=bytes_down,
+        messages_up=messages_up,
+        messages_down=messages_down,
+        model_bytes=model_bytes,
+        group_rationality_residual=values.group_rationality_residual if values is not None else math.nan,
+        started_at=started_at,
+        finished_at=time.time(),
+        valued_at=time.time(),
+    )

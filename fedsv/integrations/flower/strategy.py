@@ -1,0 +1,206 @@
+"""FedSVStrategy: wraps a Flower strategy, values every training round, delegates aggregation unchanged."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, Strategy
+from prometheus_client import CollectorRegistry
+from torch import Tensor, nn
+
+from fedsv.common.task import Task
+from fedsv.integrations.flower.recorder import RunRecorder, round_record
+from fedsv.integrations.flower.replies import FlowerRound, read_round
+from fedsv.integrations.flower.rules import aggregation_rule
+from fedsv.integrations.flower.traffic import RoundTraffic, arrays_bytes
+from fedsv.valuation import RoundGame, RoundValues, ValuationSpec
+from fedsv.valuation.round_inputs import Metric
+
+logger = logging.getLogger(__name__)
+
+TRAIN, EVALUATE = "train", "evaluate"  # the ledger's traffic rpc names of a Flower round
+
+
+def _model(task_or_model: Task | nn.Module) -> nn.Module:
+    if isinstance(task_or_model, nn.Module):
+        return task_or_model
+    if isinstance(task_or_model, Task):
+        return task_or_model.build_model()
+    raise TypeError(f"expected a fedsv Task or a torch nn.Module, got {type(task_or_model).__name__}")
+
+
+def _valued_names(model: nn.Module) -> list[str]:
+    """The model's federated state as RoundGame takes it: parameters and floating-point buffers."""
+    names = [n for n, _ in model.named_parameters()]
+    names += [n for n, b in model.named_buffers() if torch.is_floating_point(b)]
+    return names
+
+
+class FedSVStrategy(Strategy):
+    """Any FedAvg-like Flower strategy, plus the federated Shapley value of every training round.
+
+    Values come from what the round already moved: the global arrays sent out in configure_train and
+    the replies' arrays and example counts (no message is added or changed). `validation` is (x, y),
+    the server's validation set; `valuation` a ValuationSpec (default: exact up to 2^m <= its budget);
+    `ledger` a run directory (or a .sqlite file) for `fedsv report`; `registry` a Prometheus registry
+    that gets the coordinator's fedsv_* metrics. The wrapped strategy aggregates, unchanged.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy | None = None,
+        task_or_model: Task | nn.Module | None = None,
+        *,
+        validation: tuple[Tensor | np.ndarray, Tensor | np.ndarray],
+        valuation: ValuationSpec | None = None,
+        ledger: str | Path | None = None,
+        metric: Metric = "accuracy",
+        device: str = "cpu",
+        run_id: str | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        if task_or_model is None:
+            raise TypeError("FedSVStrategy needs the model (an nn.Module) or a fedsv Task")
+        self.strategy = strategy if strategy is not None else FedAvg()
+        self.aggregation = aggregation_rule(self.strategy)  # refuses what it cannot value, at once
+        self.model = _model(task_or_model)
+        self.names = _valued_names(self.model)
+        self.x_val, self.y_val = validation
+        self.spec = valuation if valuation is not None else ValuationSpec()
+        self.metric = metric
+        self.device = device
+        config = {
+            "engine": "flower",
+            "strategy": type(self.strategy).__name__,
+            "aggregation": self.aggregation,
+            "metric": metric if isinstance(metric, str) else "callable",
+            "valuation": repr(self.spec),
+        }
+        self.recorder = RunRecorder(ledger, config, run_id, registry)
+        self._arrays: dict[int, ArrayRecord] = {}
+        self._sent: dict[int, list[int]] = {}
+        self._traffic: dict[int, RoundTraffic] = {}
+        self._started: dict[int, tuple[float, float]] = {}
+        self.rounds: dict[int, RoundValues] = {}
+
+    # ---------------------------------------------------------------- training: the valued part
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """The wrapped strategy's messages, as they are; keeps the round's global arrays (a reference)."""
+        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        self._arrays[server_round] = arrays
+        self._sent[server_round] = [int(m.metadata.dst_node_id) for m in messages]
+        self._started[server_round] = (time.time(), time.perf_counter())
+        self._traffic[server_round] = traffic = RoundTraffic()
+        traffic.add(TRAIN, "down", messages)
+        return messages
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Value the round's replies, then let the wrapped strategy aggregate them, unchanged."""
+        replies = list(replies)
+        started = time.perf_counter()
+        flower_round = read_round(
+            server_round,
+            self._arrays.pop(server_round),
+            replies,
+            self.names,
+            getattr(self.strategy, "weighted_by_key", "num-examples"),
+        )
+        values = self._value(flower_round)
+        valued = time.perf_counter()
+        result = self.strategy.aggregate_train(server_round, replies)
+        aggregated = time.perf_counter()
+        self._record(flower_round, values, replies, result[0], (aggregated - valued, valued - started))
+        return result
+
+    def _value(self, flower_round: FlowerRound) -> RoundValues | None:
+        if not flower_round.participants:
+            logger.warning("round %d: no reply to aggregate, nothing to value", flower_round.round)
+            return None
+        game = RoundGame(
+            self.model,
+            flower_round.global_params,
+            flower_round.deltas,
+            flower_round.num_samples,
+            self.x_val,
+            self.y_val,
+            metric=self.metric,
+            aggregation=self.aggregation,
+            device=self.device,
+        )
+        values = self.recorder.accounting.value_round(
+            game, flower_round.participants, flower_round.round, self.spec
+        )
+        self.rounds[flower_round.round] = values
+        return values
+
+    def _record(
+        self,
+        flower_round: FlowerRound,
+        values: RoundValues | None,
+        replies: list[Message],
+        arrays: ArrayRecord | None,
+        seconds: tuple[float, float],
+    ) -> None:
+        number = flower_round.round
+        traffic = self._traffic.pop(number)
+        traffic.add(TRAIN, "up", replies)
+        by_node = dict(zip(flower_round.node_ids, flower_round.participants, strict=True))
+        selected = [by_node.get(node, f"node-{node}") for node in self._sent.pop(number)]
+        wall_started, perf_started = self._started.pop(number)
+        global_params = flower_round.global_params
+        params = read_params(arrays, self.names) if arrays is not None else global_params
+        record = round_record(
+            number,
+            selected,
+            values,
+            (traffic.total("up"), traffic.total("down")),
+            arrays_bytes(arrays) if arrays is not None else 0,
+            (time.perf_counter() - perf_started, *seconds),
+            wall_started,
+        )
+        counts = dict(zip(flower_round.participants, flower_round.num_samples, strict=True))
+        self.recorder.commit(record, values, counts, traffic.ledger_rows(number), params)
+
+    # ---------------------------------------------------------------- evaluation: delegated as is
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return self.strategy.aggregate_evaluate(server_round, replies)
+
+    def summary(self) -> None:
+        self.strategy.summary()
+        logger.info("FedSV: %s rule, %s, ledger %s", self.aggregation, self.spec, self.recorder.ledger)
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """Cumulative FedSV, LOO and their normalized forms per client over the rounds valued so far."""
+        return self.recorder.accounting.totals()
+
+    def close(self) -> None:
+        """Close the ledger (the run's values are already committed round by round)."""
+        self.recorder.close()
+
+    def __getattr__(self, name: str) -> Any:
+        """The wrapped strategy's own settings (fraction_train, weighted_by_key, ...) read through."""
+        if name == "strategy":
+            raise AttributeError(name)
+        return getattr(self.strategy, name)
+
+
+def read_params(arrays: ArrayRecord, names: list[str]) -> dict[str, Tensor]:
+    """The aggregated model's tensors (for the ledger's checkpoint)."""
+    return {n: torch.from_numpy(arrays[n].numpy().copy()) for n in names}

@@ -1,0 +1,42 @@
+"""Bytes of Flower messages as they travel (the message and every object it carries), per round."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from flwr.app import ArrayRecord, Message, RecordDict
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+
+from fedsv.coordinator.ledger import TrafficRow
+
+
+def message_bytes(message: Message) -> int:
+    """Serialized size of a message: Flower sends it as its object tree (message, records, arrays)."""
+    return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())
+
+
+def arrays_bytes(arrays: ArrayRecord | RecordDict) -> int:
+    """Serialized size of one copy of the model (an ArrayRecord and its arrays), or of a RecordDict."""
+    return sum(len(obj.deflate()) for obj in get_all_nested_objects(arrays).values())
+
+
+@dataclass
+class RoundTraffic:
+    """What the strategy saw go down (its instructions) and come up (the replies) in one round."""
+
+    rows: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # (rpc, direction) -> [bytes, n]
+
+    def add(self, rpc: str, direction: str, messages: Iterable[Message]) -> None:
+        cell = self.rows.setdefault((rpc, direction), [0, 0])
+        for message in messages:
+            cell[0] += 0 if message.has_error() else message_bytes(message)
+            cell[1] += 1
+
+    def total(self, direction: str) -> tuple[int, int]:
+        """(bytes, messages) in one direction over every rpc."""
+        cells = [cell for (_, d), cell in self.rows.items() if d == direction]
+        return sum(c[0] for c in cells), sum(c[1] for c in cells)
+
+    def ledger_rows(self, number: int) -> list[TrafficRow]:
+        return [TrafficRow(number, rpc, d, c[0], c[1]) for (rpc, d), c in sorted(self.rows.items())]

@@ -1,0 +1,151 @@
+"""FedSVStrategy on a real (in-process) Flower federation: values, efficiency, ledger, zero extra traffic."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("flwr", reason="the fedsv[flower] extra is not installed")
+
+from flwr.app import ArrayRecord, Message
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx, Strategy
+
+from fedsv.app.report import build_report
+from fedsv.integrations.flower import FedSVStrategy, UnsupportedStrategyError
+from fedsv.integrations.flower.replies import read_round
+from fedsv.valuation import ExactShapley, RoundGame, ValuationSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "flower"))
+from fedsv_flower import task
+from fedsv_flower.client_app import app as client_app
+
+from tests.support.flower_engine import RecordingGrid, run_federation
+
+NODES, ROUNDS = 10, 2
+
+
+def _run(strategy: Strategy) -> tuple[object, RecordingGrid]:
+    random.seed(0)  # FedAvg samples the evaluation nodes with `random`
+
+    def server(grid: Grid) -> object:
+        return strategy.start(
+            grid=grid, initial_arrays=ArrayRecord(task.model().state_dict()), num_rounds=ROUNDS
+        )
+
+    return run_federation(client_app, NODES, server)
+
+
+def _validation() -> tuple[np.ndarray, np.ndarray]:
+    data = task.splits().validation
+    return data.x, data.y
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    out = tmp_path_factory.mktemp("flower")
+    plain = FedAvg(fraction_train=1.0, fraction_evaluate=0.5, min_available_nodes=NODES)
+    _, plain_grid = _run(plain)
+    wrapped = FedSVStrategy(
+        FedAvg(fraction_train=1.0, fraction_evaluate=0.5, min_available_nodes=NODES),
+        task.model(),
+        validation=_validation(),
+        valuation=ValuationSpec(method="exact"),
+        ledger=out,
+    )
+    result, grid = _run(wrapped)
+    wrapped.close()
+    return {"plain": plain_grid, "wrapped": wrapped, "grid": grid, "result": result, "dir": out}
+
+
+def test_same_messages_and_bytes_with_and_without_the_wrapper(runs: dict[str, object]) -> None:
+    plain, grid = runs["plain"], runs["grid"]
+    assert isinstance(plain, RecordingGrid) and isinstance(grid, RecordingGrid)
+    assert len(grid.sent) == len(plain.sent) and len(grid.received) == len(plain.received)
+    # Every message's content (records, arrays) is byte for byte the same size; whole messages differ
+    # only by the varint length of the run's random node and run ids in their metadata.
+    for name in ("sent", "received"):
+        ours, theirs = getattr(grid, name), getattr(plain, name)
+        assert sorted((t, c) for t, _, c in ours) == sorted((t, c) for t, _, c in theirs)
+        assert abs(sum(b for _, b, _ in ours) - sum(b for _, b, _ in theirs)) <= 4 * len(ours)
+
+
+def test_values_sum_to_each_rounds_utility_gain(runs: dict[str, object]) -> None:
+    wrapped = runs["wrapped"]
+    assert isinstance(wrapped, FedSVStrategy)
+    assert sorted(wrapped.rounds) == list(range(1, ROUNDS + 1))
+    for values in wrapped.rounds.values():
+        assert len(values.participants) == NODES
+        assert set(values.participants) == {f"p{i:03d}" for i in range(NODES)}  # their partition-id
+        gain = values.utility_after - values.utility_before
+        assert float(values.fedsv.sum()) == pytest.approx(gain, abs=1e-9)
+
+
+def test_utility_after_is_the_accuracy_of_flowers_aggregate(runs: dict[str, object]) -> None:
+    wrapped, result = runs["wrapped"], runs["result"]
+    assert isinstance(wrapped, FedSVStrategy)
+    net = task.model()
+    net.load_state_dict(result.arrays.to_torch_state_dict())  # type: ignore[attr-defined]
+    x, y = (torch.from_numpy(a) for a in _validation())
+    _, accuracy = task.evaluate(net, x, y)
+    assert wrapped.rounds[ROUNDS].utility_after == pytest.approx(accuracy, abs=1.5 / len(y))
+
+
+def test_the_ledger_reads_back_with_fedsv_report(runs: dict[str, object]) -> None:
+    report = build_report(runs["dir"])  # type: ignore[arg-type]
+    wrapped = runs["wrapped"]
+    assert isinstance(wrapped, FedSVStrategy)
+    assert [entry["round"] for entry in report["rounds"]] == list(range(1, ROUNDS + 1))
+    for entry in report["rounds"]:
+        values = wrapped.rounds[entry["round"]]
+        assert entry["values"] == pytest.approx(
+            dict(zip(values.participants, values.fedsv.tolist(), strict=True))
+        )
+        assert entry["messages_down"] == NODES and entry["messages_up"] == NODES
+        assert entry["bytes_up"] > 0 and entry["model_bytes"] > 0
+    assert report["totals"]["fedsv"] == pytest.approx(wrapped.totals()["fedsv"])
+
+
+def test_values_match_a_round_game_on_the_saved_round(tmp_path: Path) -> None:
+    seen: dict[int, tuple[ArrayRecord, list[Message]]] = {}
+
+    class Saving(FedSVStrategy):
+        def aggregate_train(self, server_round, replies):  # type: ignore[no-untyped-def]
+            replies = list(replies)
+            seen[server_round] = (self._arrays[server_round], replies)
+            return super().aggregate_train(server_round, replies)
+
+    wrapped = Saving(
+        FedAvg(min_available_nodes=4),
+        task.model(),
+        validation=_validation(),
+        valuation=ValuationSpec(method="exact"),
+        ledger=tmp_path,
+    )
+    random.seed(0)
+    run_federation(
+        client_app,
+        4,
+        lambda grid: wrapped.start(
+            grid=grid, initial_arrays=ArrayRecord(task.model().state_dict()), num_rounds=1
+        ),
+    )
+    wrapped.close()
+    arrays, replies = seen[1]
+    saved = read_round(1, arrays, replies, wrapped.names, "num-examples")
+    x, y = _validation()
+    game = RoundGame(task.model(), saved.global_params, saved.deltas, saved.num_samples, x, y, mode="naive")
+    expected = ExactShapley().run(game).values
+    np.testing.assert_allclose(wrapped.rounds[1].fedsv, expected, atol=1e-9)
+
+
+def test_a_strategy_it_cannot_value_is_refused_in_one_line() -> None:
+    with pytest.raises(UnsupportedStrategyError) as info:
+        FedSVStrategy(FedAdam(), task.model(), validation=_validation())
+    assert "\n" not in str(info.value) and "FedAdam" in str(info.value)
+    assert FedSVStrategy(FedProx(), task.model(), validation=_validation()).aggregation == "fedavg"
