@@ -24,6 +24,7 @@ import math
 import os
 import platform
 import resource
+import signal
 import statistics
 import struct
 import sys
@@ -134,6 +135,9 @@ def stalled_report(sample: Sample, rounds_done: int, n: int, why: str) -> dict[s
     }
 
 
+STOPPED_EXIT = 3
+"""The coordinator's exit code for a run stopped before its last round (SIGTERM)."""
+
 EMBEDDED_TRAIN = 4000
 """Embedded images left for training at the benchmark's validation sizes (a few per participant)."""
 
@@ -166,7 +170,7 @@ def run_size(args: argparse.Namespace, n: int, out: Path) -> dict[str, float | s
         participants=n,
         fraction=args.selected / n if args.selected else args.fraction,
         **data,
-        rounds=args.rounds,
+        rounds=args.rounds + 1,  # the extra round is cut short by SIGTERM (how fast the coordinator stops)
         epochs=1,
         valuation=args.valuation,
         validation_size=args.validation_size,
@@ -187,7 +191,7 @@ def run_size(args: argparse.Namespace, n: int, out: Path) -> dict[str, float | s
     )
     sample = Sample()
     started = time.time()
-    seen, code = 0, -1
+    seen, code, signalled, stop_seconds = 0, -1, 0.0, float("nan")
     try:
         _, metrics_port = launch.start()
         assert launch.coordinator is not None
@@ -206,17 +210,22 @@ def run_size(args: argparse.Namespace, n: int, out: Path) -> dict[str, float | s
             for record in rounds[seen:]:
                 sample.cpu_at_round[record.round] = sample.cpu_seconds
             seen = len(rounds)
-            time.sleep(0.1)
+            if seen >= args.rounds and not signalled:  # all rounds measured: stop it as an operator would
+                os.kill(pid, signal.SIGTERM)
+                signalled = time.time()
+            time.sleep(0.05)
+        if signalled:
+            stop_seconds = time.time() - signalled
         code = launch.follow(lambda line: None)
     except Exception as exc:  # a launch that breaks still reports how far it got
         return stalled_report(sample, len(_rounds(out)), n, f"{type(exc).__name__}: {exc}")
     finally:
         launch.stop()
-    records = _rounds(out)
-    if code != 0 or len(records) < run.rounds:
+    records = _rounds(out)[: args.rounds]
+    if code not in (0, STOPPED_EXIT) or len(records) < args.rounds:
         why = f"coordinator exit {code}, see {out}/coordinator.log"
         return stalled_report(sample, len(records), n, why)
-    cpu = [sample.cpu_at_round[r] - sample.cpu_at_round.get(r - 1, 0.0) for r in range(2, run.rounds + 1)]
+    cpu = [sample.cpu_at_round[r] - sample.cpu_at_round.get(r - 1, 0.0) for r in range(2, args.rounds + 1)]
     timed = records[1:] or records
     return {
         "participants held": float(sample.connected),
@@ -235,6 +244,7 @@ def run_size(args: argparse.Namespace, n: int, out: Path) -> dict[str, float | s
         "participant threads (peak)": float(sample.participant_threads),
         "MB up / round": statistics.median(r.bytes_up for r in records) / 1e6,
         "received / selected": sum(len(r.received) for r in records) / sum(len(r.selected) for r in records),
+        "SIGTERM to exit (s)": stop_seconds,
         "whole run (s)": time.time() - started,
     }
 
