@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from torch import nn
 
 from fedsv_flower import task
 
 app = ClientApp()
 
 
-def _partition(context: Context) -> tuple[int, int]:
-    return int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
+def _received(msg: Message, context: Context) -> tuple[nn.Module, torch.Tensor, torch.Tensor, int]:
+    """The global model from the message, and this SuperNode's shard (x, y) and partition id."""
+    partition = int(context.node_config["partition-id"])
+    partitions = int(context.node_config["num-partitions"])
+    net = task.model()
+    net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    x, y = task.shard(partition, partitions)
+    return net, x, y, partition
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """One local epoch from the global arrays; the reply's arrays are the local model (FedAvg's input)."""
-    partition, partitions = _partition(context)
-    net = task.model()
-    net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    x, y = task.shard(partition, partitions)
+    net, x, y, partition = _received(msg, context)
     server_round = int(msg.content["config"]["server-round"])
     loss = task.train(net, x, y, seed=1000 * server_round + partition)
     metrics = MetricRecord({"train_loss": loss, "num-examples": len(y), "partition-id": partition})
@@ -31,10 +36,7 @@ def train(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """The global model's loss and accuracy on the SuperNode's own shard."""
-    partition, partitions = _partition(context)
-    net = task.model()
-    net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    x, y = task.shard(partition, partitions)
+    net, x, y, _ = _received(msg, context)
     loss, accuracy = task.evaluate(net, x, y)
     metrics = MetricRecord({"eval_loss": loss, "eval_acc": accuracy, "num-examples": len(y)})
     return Message(content=RecordDict({"metrics": metrics}), reply_to=msg)

@@ -18,9 +18,9 @@ def main(grid: Grid, context: Context) -> None:
     rounds = int(context.run_config.get("num-server-rounds", 3))
     fraction = float(context.run_config.get("fraction-train", 1.0))
     validation = task.splits().validation
-    strategy = FedAvg(fraction_train=fraction, fraction_evaluate=0.5, min_available_nodes=2)
+    fedavg = FedAvg(fraction_train=fraction, fraction_evaluate=0.5, min_available_nodes=2)
     strategy = FedSVStrategy(  # fedsv, line 2: wrap the strategy; everything else stays Flower's
-        strategy,
+        fedavg,
         task.model(),
         validation=(validation.x, validation.y),
         valuation=ValuationSpec(method="auto", budget=4096, seed=0),
