@@ -9,9 +9,10 @@ feeds each block straight into the output layer, takes the argmax and adds the t
 predictions to the coalition's total: the hidden layer never leaves the chip.
 
 It is an accelerated special case of RoundGame's stacked head, not a second implementation of the
-game: RoundGame uses it only where it computes the same function (CUDA, Triton importable, metric
-"accuracy", precision "tf32", a head of exactly that shape with biases)
-and the tests on CUDA compare it with the layer-by-layer path.
+game: RoundGame uses it only where it computes the same function up to TF32 rounding, as the
+layer-by-layer head in TF32 does (CUDA, Triton importable, metric "accuracy", precision "tf32", a
+head of exactly that shape with biases); the tests on CUDA compare the two (an image may flip where
+two logits tie within TF32's rounding).
 """
 
 from __future__ import annotations

@@ -75,6 +75,10 @@ class RoundGame(Game):
     CPU and CUDA_BUDGET_FRACTION of the free memory of a CUDA device; `working_set_floats` left unset
     is 2**20 on the CPU and an eighth of the budget on CUDA.
 
+    `fused` (default True) lets a CUDA game in "tf32" scored by accuracy run a ReLU-Linear-ReLU-Linear
+    head (the paper's MLP) as one Triton kernel that keeps the hidden activations on chip
+    (fused_head); False keeps the layer-by-layer head everywhere.
+
     Precision: "fp32" (default) computes in the inputs' dtype; on CUDA TF32 is switched off for the
     game's matmuls and convolutions, so CPU and CUDA differ by float rounding only. "tf32" lets CUDA
     use TF32 for float32 matmuls and convolutions (on the CPU it is "fp32"). "bf16" runs the forward
