@@ -28,7 +28,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from flwr.superlink.federation import NoOpFederationManager
 from flwr.superlink.grid import InMemoryGrid
 
-from fedsv.integrations.flower.traffic import arrays_bytes, message_bytes
+from fedsv.integrations.flower.traffic import object_bytes
 
 
 class ThreadBackend(Backend):
@@ -57,8 +57,8 @@ class ThreadBackend(Backend):
 
 def _sizes(message: Message) -> tuple[str, int, int]:
     """(message type, serialized bytes, bytes of its content alone: metadata holds random node ids)."""
-    content = 0 if message.has_error() else arrays_bytes(message.content)
-    return message.metadata.message_type, message_bytes(message), content
+    content = 0 if message.has_error() else object_bytes(message.content)
+    return message.metadata.message_type, object_bytes(message), content
 
 
 @dataclass

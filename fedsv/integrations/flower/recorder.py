@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import time
@@ -10,13 +9,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import torch
 from prometheus_client import CollectorRegistry
 from torch import Tensor
 
 from fedsv.coordinator.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow, UpdateRow
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.records import value_rows
+from fedsv.coordinator.round_loop import params_to_bytes
 from fedsv.valuation import FederatedValuation, RoundValues
 
 logger = logging.getLogger(__name__)
@@ -32,13 +31,6 @@ def ledger_file(path: str | Path) -> Path:
         return target
     target.mkdir(parents=True, exist_ok=True)
     return target / LEDGER_NAME
-
-
-def params_bytes(params: dict[str, Tensor]) -> bytes:
-    """The aggregated model as torch.save bytes (the ledger's checkpoint of the last round)."""
-    buffer = io.BytesIO()
-    torch.save({n: t.detach().cpu() for n, t in params.items()}, buffer)
-    return buffer.getvalue()
 
 
 class RunRecorder:
@@ -71,7 +63,8 @@ class RunRecorder:
         # Flower replies carry no training time of their own: 0.0 stands for "not reported".
         updates = [UpdateRow(record.round, pid, n, 0.0) for pid, n in num_samples.items()]
         if self.ledger is not None:
-            checkpoint = Checkpoint(record.round, params_bytes(params), "{}")
+            # The coordinator's own checkpoint format, so a Flower ledger reads back like a fedsv one.
+            checkpoint = Checkpoint(record.round, params_to_bytes(params), "{}")
             self.ledger.commit_round(record, rows, traffic, checkpoint, updates)
         if self.metrics is not None:
             self.metrics.observe_round(record, self.accounting.totals())

@@ -20,9 +20,9 @@ from fedsv.common.task import Task
 from fedsv.integrations.flower.recorder import RunRecorder, round_record
 from fedsv.integrations.flower.replies import FlowerRound, read_round
 from fedsv.integrations.flower.rules import aggregation_rule
-from fedsv.integrations.flower.traffic import RoundTraffic, arrays_bytes
+from fedsv.integrations.flower.traffic import RoundTraffic, object_bytes
 from fedsv.valuation import RoundGame, RoundValues, ValuationSpec
-from fedsv.valuation.round_inputs import Metric
+from fedsv.valuation.round_inputs import Metric, federated_state
 
 logger = logging.getLogger(__name__)
 
@@ -35,13 +35,6 @@ def _model(task_or_model: Task | nn.Module) -> nn.Module:
     if isinstance(task_or_model, Task):
         return task_or_model.build_model()
     raise TypeError(f"expected a fedsv Task or a torch nn.Module, got {type(task_or_model).__name__}")
-
-
-def _valued_names(model: nn.Module) -> list[str]:
-    """The model's federated state as RoundGame takes it: parameters and floating-point buffers."""
-    names = [n for n, _ in model.named_parameters()]
-    names += [n for n, b in model.named_buffers() if torch.is_floating_point(b)]
-    return names
 
 
 class FedSVStrategy(Strategy):
@@ -72,7 +65,7 @@ class FedSVStrategy(Strategy):
         self.strategy = strategy if strategy is not None else FedAvg()
         self.aggregation = aggregation_rule(self.strategy)  # refuses what it cannot value, at once
         self.model = _model(task_or_model)
-        self.names = _valued_names(self.model)
+        self.names = list(federated_state(self.model))  # what RoundGame values: parameters, float buffers
         self.x_val, self.y_val = validation
         self.spec = valuation if valuation is not None else ValuationSpec()
         self.metric = metric
@@ -166,7 +159,7 @@ class FedSVStrategy(Strategy):
             selected,
             values,
             (traffic.total("up"), traffic.total("down")),
-            arrays_bytes(arrays) if arrays is not None else 0,
+            object_bytes(arrays) if arrays is not None else 0,
             (time.perf_counter() - perf_started, *seconds),
             wall_started,
         )

@@ -11,14 +11,10 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from fedsv.coordinator.ledger import TrafficRow
 
 
-def message_bytes(message: Message) -> int:
-    """Serialized size of a message: Flower sends it as its object tree (message, records, arrays)."""
-    return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())
-
-
-def arrays_bytes(arrays: ArrayRecord | RecordDict) -> int:
-    """Serialized size of one copy of the model (an ArrayRecord and its arrays), or of a RecordDict."""
-    return sum(len(obj.deflate()) for obj in get_all_nested_objects(arrays).values())
+def object_bytes(obj: Message | ArrayRecord | RecordDict) -> int:
+    """Serialized size of a Flower object as it travels: its whole object tree (a message with its
+    records and arrays; an ArrayRecord with its arrays, i.e. one copy of the model)."""
+    return sum(len(part.deflate()) for part in get_all_nested_objects(obj).values())
 
 
 @dataclass
@@ -30,7 +26,7 @@ class RoundTraffic:
     def add(self, rpc: str, direction: str, messages: Iterable[Message]) -> None:
         cell = self.rows.setdefault((rpc, direction), [0, 0])
         for message in messages:
-            cell[0] += 0 if message.has_error() else message_bytes(message)
+            cell[0] += 0 if message.has_error() else object_bytes(message)
             cell[1] += 1
 
     def total(self, direction: str) -> tuple[int, int]:
