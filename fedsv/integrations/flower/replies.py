@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -89,7 +90,7 @@ def read_round(
         counts.append(int(count))
         nodes.append(node)
         ids.append(client_id(message))
-    duplicates = sorted({p for p in ids if ids.count(p) > 1})
+    duplicates = sorted(p for p, n in Counter(ids).items() if n > 1)
     if duplicates:
         raise ValueError(f"round {server_round}: several replies name the client(s) {duplicates}")
     return FlowerRound(server_round, ids, nodes, deltas, counts, global_params, failed)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
@@ -18,7 +17,7 @@ from torch import Tensor, nn
 
 from fedsv.common.task import Task
 from fedsv.integrations.flower.recorder import RunRecorder, round_record
-from fedsv.integrations.flower.replies import FlowerRound, read_round
+from fedsv.integrations.flower.replies import FlowerRound, read_round, state_of
 from fedsv.integrations.flower.rules import aggregation_rule
 from fedsv.integrations.flower.traffic import RoundTraffic, object_bytes
 from fedsv.valuation import RoundGame, RoundValues, ValuationSpec
@@ -153,7 +152,7 @@ class FedSVStrategy(Strategy):
         selected = [by_node.get(node, f"node-{node}") for node in self._sent.pop(number)]
         wall_started, perf_started = self._started.pop(number)
         global_params = flower_round.global_params
-        params = read_params(arrays, self.names) if arrays is not None else global_params
+        params = state_of(arrays, self.names) if arrays is not None else global_params
         record = round_record(
             number,
             selected,
@@ -192,8 +191,3 @@ class FedSVStrategy(Strategy):
         if name == "strategy":
             raise AttributeError(name)
         return getattr(self.strategy, name)
-
-
-def read_params(arrays: ArrayRecord, names: list[str]) -> dict[str, Tensor]:
-    """The aggregated model's tensors (for the ledger's checkpoint)."""
-    return {n: torch.from_numpy(arrays[n].numpy().copy()) for n in names}
