@@ -30,8 +30,20 @@ class Calls:
 
     async def refuse(self, context: grpc.aio.ServicerContext, reason: str, message: str) -> NoReturn:
         """Count the refusal and end the call with the reason's status code (status_codes.py)."""
-        self.metrics.reject(reason)
-        message = shown(message)
-        self._log.log(logging.INFO, reason, "rejected (%s): %s", reason, message)
-        await context.abort(status_of(reason), message)
-        raise AssertionError("unreachable")  # context.abort raises
+        await refuse(context, self.metrics, self._log, reason, message)
+
+
+async def refuse(
+    context: grpc.aio.ServicerContext,
+    metrics: CoordinatorMetrics,
+    log: RateLimitedLog,
+    reason: str,
+    message: str,
+) -> NoReturn:
+    """Count a refusal (`fedsv_updates_rejected_total`), log it (shortened, rate-limited) and end the
+    call with the reason's status code."""
+    metrics.reject(reason)
+    message = shown(message)
+    log.log(logging.INFO, reason, "rejected (%s): %s", reason, message)
+    await context.abort(status_of(reason), message)
+    raise AssertionError("unreachable")  # context.abort raises

@@ -9,9 +9,9 @@ from typing import Any, NoReturn
 
 import grpc
 
-from fedsv.common.log_safety import RateLimitedLog, shown
+from fedsv.common.log_safety import RateLimitedLog
+from fedsv.coordinator.calls import refuse
 from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.status_codes import status_of
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +50,9 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
         self._log = RateLimitedLog(logger)
 
     async def _refuse(self, context: grpc.aio.ServicerContext, request: Malformed) -> NoReturn:
-        self.metrics.reject("malformed")
-        error = shown(request.error)
-        self._log.log(logging.INFO, "malformed", "rejected (malformed): %s", error)
-        await context.abort(status_of("malformed"), f"not a valid protobuf message: {error}")
-        raise AssertionError("unreachable")  # context.abort raises
+        await refuse(
+            context, self.metrics, self._log, "malformed", f"not a valid protobuf message: {request.error}"
+        )
 
     async def _checked(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
