@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -44,9 +43,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from bench_valuation import TRAIN_CONFIG, TRAIN_ROUNDS, cpu_model, load_average, print_table, train_round
+from fixtures import TRAIN_CONFIG, TRAIN_ROUNDS, load_average, machine, print_table, train_round
 
-from fedsv.common.data import load_dataset
+from fedsv.data import load_dataset
 from fedsv.valuation.exact import all_coalitions, shapley_from_table
 from fedsv.valuation.game import BoolMatrix, FloatArray, Game
 
@@ -451,13 +450,6 @@ def to_json(
             for c in cells
         ],
     }
-
-
-def machine() -> str:
-    return (
-        f"{cpu_model()} ({platform.processor() or platform.machine()}), {os.cpu_count()} CPUs, "
-        f"python {platform.python_version()}, torch {torch.__version__}, {platform.system()}"
-    )
 
 
 # --------------------------------------------------------------------------- main

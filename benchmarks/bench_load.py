@@ -38,9 +38,9 @@ import numpy as np
 import torch
 
 from fedsv.app.launch import Launch, LaunchConfig
-from fedsv.common.data.embedded import load_embedded
 from fedsv.coordinator.config import RunConfig
-from fedsv.coordinator.ledger import Ledger, RoundRecord
+from fedsv.data.embedded import load_embedded
+from fedsv.ledger import Ledger, RoundRecord
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -19,12 +19,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from bench_valuation import train_round
+from fixtures import train_round
 
-from fedsv.common.data import load_dataset
-from fedsv.common.models import build_model
+from fedsv.data import load_dataset
+from fedsv.fl.device import resolve_device
+from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame
-from fedsv.valuation.device import PRECISIONS, resolve_device
+from fedsv.valuation.device import PRECISIONS
 from fedsv.valuation.exact import all_coalitions, shapley_from_table
 
 

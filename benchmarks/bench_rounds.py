@@ -26,7 +26,7 @@ import torch
 
 from fedsv.app.launch import Launch, LaunchConfig
 from fedsv.coordinator.config import RunConfig
-from fedsv.coordinator.ledger import Ledger, RoundRecord
+from fedsv.ledger import Ledger, RoundRecord
 
 
 def run_once(run: RunConfig, out: Path, schedule: str) -> tuple[list[RoundRecord], float]:

@@ -9,28 +9,18 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 import torch
-from torch import Tensor
+from fixtures import RealRound, cpu_model, load_average, print_table, timed, to_cifar_shape, train_round
 
-from fedsv.common.data import load_dataset
-from fedsv.common.models import build_model
-from fedsv.common.partition import partition_indices
-from fedsv.common.training import TrainConfig, apply_delta, fedavg, local_update, params_of
-from fedsv.valuation import RoundGame, plan, shapley_values
-from fedsv.valuation.device import resolve_device
-from fedsv.valuation.result import ValuationResult
+from fedsv.data import load_dataset
+from fedsv.fl.device import resolve_device
+from fedsv.valuation import plan, shapley_values
 from fedsv.valuation.spec import ValuationSpec
-
-TRAIN_CONFIG = TrainConfig(epochs=1, batch_size=10, lr=0.05)
-"""Local training of every participant: one epoch of plain SGD (the demo's batch size and learning rate)."""
-
-TRAIN_ROUNDS = 2
-"""FedAvg rounds trained; the benchmark values the last one (w_t after round 1, the deltas of round 2)."""
 
 VALUE_TOLERANCE = 1e-6
 """Largest allowed |value - naive value| of any participant, any mode."""
@@ -40,123 +30,6 @@ MIN_FAST_OVER_NAIVE = 4.0
 
 EPS_LADDER = (0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
 """Accuracies tried in order when a sampling cell would run past its time budget."""
-
-
-@dataclass
-class RealRound:
-    """A round of real FedAvg training: w_t, the participants' deltas and their sample counts."""
-
-    model_name: str
-    input_shape: tuple[int, int, int]
-    global_params: dict[str, Tensor]
-    deltas: list[dict[str, Tensor]]
-    counts: list[int]
-    x_val: Tensor
-    y_val: Tensor
-    describe: str
-    device: str = "cpu"
-    precision: str = "fp32"
-
-    @property
-    def m(self) -> int:
-        return len(self.deltas)
-
-    def game(self, mode: str = "fast", num_val: int | None = None, m: int | None = None) -> RoundGame:
-        """A fresh (empty-cache) round game over the first num_val validation samples and first m deltas."""
-        n = self.x_val.shape[0] if num_val is None else num_val
-        k = self.m if m is None else m
-        model = build_model(self.model_name, self.input_shape)
-        return RoundGame(
-            model,
-            self.global_params,
-            self.deltas[:k],
-            self.counts[:k],
-            self.x_val[:n],
-            self.y_val[:n],
-            mode=mode,
-            device=self.device,
-            precision=self.precision,
-        )
-
-
-def train_round(
-    model_name: str,
-    x_train: np.ndarray,
-    y_train: np.ndarray,
-    x_val: np.ndarray,
-    y_val: np.ndarray,
-    participants: int,
-    seed: int = 0,
-) -> RealRound:
-    """TRAIN_ROUNDS rounds of FedAvg over an IID partition; returns the last round's inputs."""
-    input_shape = (int(x_train.shape[1]), int(x_train.shape[2]), int(x_train.shape[3]))
-    model = build_model(model_name, input_shape, seed=seed)
-    global_params = params_of(model)
-    parts = partition_indices(y_train, participants, "iid", seed)
-    counts = [len(p) for p in parts]
-    deltas: list[dict[str, Tensor]] = []
-    for t in range(TRAIN_ROUNDS):
-        if t > 0:
-            global_params = apply_delta(global_params, fedavg(deltas, counts))
-        deltas = [
-            local_update(model, global_params, x_train[p], y_train[p], TRAIN_CONFIG, seed=1000 * t + i)
-            for i, p in enumerate(parts)
-        ]
-    describe = (
-        f"{model_name}: {participants} IID participants x {counts[0]} samples, round {TRAIN_ROUNDS} of "
-        f"FedAvg (local: {TRAIN_CONFIG.epochs} epoch, batch {TRAIN_CONFIG.batch_size}, lr {TRAIN_CONFIG.lr})"
-    )
-    return RealRound(
-        model_name,
-        input_shape,
-        global_params,
-        deltas,
-        counts,
-        torch.from_numpy(x_val),
-        torch.from_numpy(y_val),
-        describe,
-    )
-
-
-def to_cifar_shape(x: np.ndarray) -> np.ndarray:
-    """1x28x28 digits -> 3x32x32 images (zero-padded by 2 pixels, gray replicated to 3 channels)."""
-    padded = np.pad(x, ((0, 0), (0, 0), (2, 2), (2, 2)))
-    return np.ascontiguousarray(np.repeat(padded, 3, axis=1), dtype=np.float32)
-
-
-def timed(run: Callable[[], ValuationResult]) -> tuple[float, ValuationResult]:
-    start = time.perf_counter()
-    result = run()
-    return time.perf_counter() - start, result
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load_average() -> str:
-    """The 1/5/15-minute load averages, or "n/a" where the OS has none."""
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
-def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """A Markdown table, columns padded to their widest cell."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for r in rows:
-        print("| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |")
-    print(flush=True)
 
 
 # --------------------------------------------------------------------------- part A
@@ -291,7 +164,7 @@ def run_sampling(
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    import gpu_exact  # imported here: it imports this module
+    import gpu_exact
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
@@ -325,7 +198,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import gpu_exact  # imported here: it imports this module
+    import gpu_exact
 
     args = parse_args(argv)
     if args.threads > 0:

@@ -23,13 +23,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from bench_valuation import RealRound, print_table, train_round
+from fixtures import RealRound, print_table, train_round
 from torch.utils.flop_counter import FlopCounterMode
 
-from fedsv.common.data import load_dataset
-from fedsv.common.models import build_model
+from fedsv.data import load_dataset
+from fedsv.fl.device import resolve_device
+from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame
-from fedsv.valuation.device import resolve_device, tf32_allowed
+from fedsv.valuation.device import tf32_allowed
 from fedsv.valuation.exact import ExactShapley
 from fedsv.valuation.game import members_of
 

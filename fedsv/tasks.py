@@ -1,5 +1,5 @@
 """Built-in tasks, the paper's setups: `--task fedsv.tasks:mnist_mlp`, `mnist_cnn` or `cifar_cnn`."""
 
-from fedsv.common.paper_tasks import PaperTask, cifar_cnn, mnist_cnn, mnist_mlp
+from fedsv.task.paper import PaperTask, cifar_cnn, mnist_cnn, mnist_mlp
 
 __all__ = ["PaperTask", "cifar_cnn", "mnist_cnn", "mnist_mlp"]

@@ -12,9 +12,9 @@ from fedsv.app.demo import DemoConfig, main_demo
 from fedsv.app.launch import Launch, LaunchConfig, LaunchError
 from fedsv.app.study.cli import add_study_parser, main_study
 from fedsv.app.study.runner import StudyError
-from fedsv.common.config_args import add_dataclass_args, build_config, build_configs, load_config_file
+from fedsv.config.flags import add_dataclass_args, build_config, build_configs, load_config_file
 from fedsv.coordinator.config import RunConfig
-from fedsv.coordinator.ledger import LedgerError
+from fedsv.ledger import LedgerError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,7 +80,7 @@ def main_launch(args: argparse.Namespace) -> int:
 
 
 def main_certs(args: argparse.Namespace) -> int:
-    from fedsv.common.certs import generate
+    from fedsv.security.certs import generate
 
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
     made = generate(args.out, args.participants, hosts, args.days)

@@ -9,22 +9,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedsv.common.corruptions import parse_corruption
-from fedsv.common.ranks import participant_id
-from fedsv.common.round_step import (
-    ClientUpdate,
-    EvalSet,
-    GameSettings,
-    select_ranks,
-    step_round,
-    train_seed,
-)
-from fedsv.common.task import TrainContext
-from fedsv.common.task_data import evaluation_samples, rank_samples, rank_source
-from fedsv.common.training import evaluate, params_of
-from fedsv.common.update_bounds import bound_updates
 from fedsv.coordinator.config import RunConfig
+from fedsv.coordinator.round_step import step_round
+from fedsv.data.corruptions import parse_corruption
+from fedsv.fl.evaluation import EvalSet, evaluate
+from fedsv.fl.ranks import participant_id
+from fedsv.fl.selection import select_ranks, train_seed
+from fedsv.fl.state import params_of
+from fedsv.fl.update_bounds import bound_updates
+from fedsv.fl.updates import ClientUpdate
+from fedsv.task.interface import TrainContext
+from fedsv.task.sources import evaluation_samples, rank_samples, rank_source
 from fedsv.valuation import FederatedValuation, RoundValues
+from fedsv.valuation.round_valuation import GameSettings
 
 
 @dataclass(frozen=True)
@@ -64,7 +61,7 @@ class DemoResult:
 def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] | None = None) -> DemoResult:
     """Train T rounds of FedAvg in this process and value every round's deltas with the federated SV.
 
-    The same seeded draws and the same round step as the coordinator (fedsv.common.round_step), so a
+    The same seeded draws and the same round step as the coordinator (fedsv.coordinator.round_step), so a
     `fedsv launch` of the same settings gives the same selections, models and values.
     """
     task = config.load_task()

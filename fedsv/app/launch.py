@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedsv.common import certs
-from fedsv.common.ranks import block_of
 from fedsv.coordinator.config import RunConfig, check_port, check_positive, require
-from fedsv.coordinator.ledger import Ledger, RoundRecord
+from fedsv.fl.ranks import block_of
+from fedsv.ledger import Ledger, RoundRecord
+from fedsv.security import certs
 
 logger = logging.getLogger(__name__)
 

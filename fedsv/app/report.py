@@ -14,10 +14,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from fedsv.common.ranks import participant_id
 from fedsv.coordinator.config import RunConfig
-from fedsv.coordinator.ledger import Ledger, RoundRecord, UpdateRow, ValueRow
-from fedsv.coordinator.records import federated_valuation
+from fedsv.fl.ranks import participant_id
+from fedsv.ledger import Ledger, RoundRecord, UpdateRow, ValueRow, federated_valuation
 from fedsv.valuation.rounds import TOTAL_KEYS
 
 logger = logging.getLogger(__name__)

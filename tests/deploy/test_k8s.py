@@ -17,11 +17,11 @@ import yaml
 
 import fedsv.coordinator.__main__ as coordinator_main
 import fedsv.participant.__main__ as participant_main
-from fedsv.common import certs
-from fedsv.common.config_args import build_configs
-from fedsv.common.task import load_task
+from fedsv.config.flags import build_configs
 from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.server import SERVICE_NAME
+from fedsv.security import certs
+from fedsv.task.interface import load_task
 from tests.support.processes import DEPLOY, dockerfile_one, flag_value, healthcheck_argv, need_tool
 
 # The Secrets the pods mount: made with `fedsv certs` and kubectl as docs/deployment.md shows.

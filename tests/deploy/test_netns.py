@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fedsv.common import certs
-from fedsv.coordinator.ledger import Ledger
+from fedsv.ledger import Ledger
+from fedsv.security import certs
 from tests.support.netns import Hosts, ip, make_hosts
 from tests.support.processes import wait_for
 

@@ -20,11 +20,11 @@ import grpc
 import pytest
 import yaml
 
-from fedsv.common.tls import channel_credentials
-from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.coordinator.config import ServerConfig
-from fedsv.coordinator.ledger import Ledger
 from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.ledger import Ledger
+from fedsv.security.tls import channel_credentials
+from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc
 from tests.support.processes import DEPLOY, free_port, need_tool, wait_for
 
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "fedsv.json"

@@ -14,14 +14,14 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
-from fedsv.common.call_settings import sender_metadata
-from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
-from fedsv.common.wire import TensorSetAssembler, encode_tensor_set, iter_chunks, spec_of
 from fedsv.coordinator.grpc_server import CoordinatorServers
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.run_state import OpenRound, RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
+from fedsv.wire.call_settings import sender_metadata
+from fedsv.wire.codec import TensorSetAssembler, encode_tensor_set, iter_chunks, spec_of
+from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc
 
 SAMPLES = 10  # every harness participant declares this count at Join
 CHUNK = 64 << 10

@@ -13,11 +13,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from fedsv.common import certs
-from fedsv.common.tls import channel_credentials
-from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
 from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.server import SERVICE_NAME, Coordinator
+from fedsv.security import certs
+from fedsv.security.tls import channel_credentials
+from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc
 
 
 def test_health_and_metrics_are_served_and_stop_cleanly(tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from fedsv.common.models import build_model
-from fedsv.common.training import params_of
-from fedsv.common.wire import encode_tensor_set
-from fedsv.coordinator.ledger import Ledger
+from fedsv.fl.state import params_of
+from fedsv.ledger import Ledger
+from fedsv.task.models import build_model
+from fedsv.wire.codec import encode_tensor_set
 from tests.support.netns import ip, make_hosts
 from tests.support.processes import wait_for
 from tests.support.runtime import (

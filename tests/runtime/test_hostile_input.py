@@ -21,13 +21,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from fedsv.common.call_settings import sender_metadata
-from fedsv.common.ranks import participant_id
-from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
-from fedsv.common.wire import TensorSetAssembler, WireError, encode_tensor_set, iter_chunks
 from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.run_state import OpenRound
 from fedsv.coordinator.server import Coordinator
+from fedsv.fl.ranks import participant_id
+from fedsv.wire.call_settings import sender_metadata
+from fedsv.wire.codec import TensorSetAssembler, WireError, encode_tensor_set, iter_chunks
+from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc
 from tests.support.runtime import FAULT_RUN, TRANSPORT_SETTINGS, ledger_digest, start_participants, stop, tail
 
 pytestmark = pytest.mark.slow

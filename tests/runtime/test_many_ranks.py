@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsv.coordinator.ledger import Ledger
+from fedsv.ledger import Ledger
 from tests.support.processes import wait_for
 from tests.support.runtime import participant_argv, rounds_in, spawn, start_coordinator, stop, tail
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsv.coordinator.ledger import Ledger
+from fedsv.ledger import Ledger
 from tests.support.runtime import (
     SMALL,
     launch,

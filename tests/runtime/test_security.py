@@ -18,11 +18,6 @@ from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from fedsv.common import certs
-from fedsv.common.call_settings import sender_metadata
-from fedsv.common.tls import channel_credentials, server_credentials
-from fedsv.common.v1 import fedsv_pb2, fedsv_pb2_grpc
-from fedsv.common.wire import encode_tensor_set, iter_chunks, spec_of
 from fedsv.coordinator.__main__ import main as coordinator_main
 from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.grpc_server import CoordinatorServers
@@ -33,6 +28,11 @@ from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
 from fedsv.participant.__main__ import main as participant_main
 from fedsv.participant.worker import RankWorker
+from fedsv.security import certs
+from fedsv.security.tls import channel_credentials, server_credentials
+from fedsv.wire.call_settings import sender_metadata
+from fedsv.wire.codec import encode_tensor_set, iter_chunks, spec_of
+from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc
 
 CHUNK = 64 << 10
 MODEL = {"a.weight": torch.ones(8, 4), "a.bias": torch.zeros(8)}

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsv.coordinator.ledger import Ledger
+from fedsv.ledger import Ledger
 from tests.support.runtime import check_ledger, start_coordinator, start_participants, stop, tail
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from fedsv.common.v1 import fedsv_pb2
 from fedsv.participant.worker import Metadata, RankWorker
+from fedsv.wire.v1 import fedsv_pb2
 
 
 class StallingWorker(RankWorker):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedsv.coordinator.ledger import RoundRecord, TrafficRow, ValueRow
+from fedsv.ledger import RoundRecord, RoundStatus, TrafficRow, ValueRow
 
 CONFIG = {"rounds": 10, "seed": 7, "model": "mlp", "participants": 4}
 
@@ -13,7 +13,8 @@ def make_record(n: int, selected: list[str] | None = None, received: list[str] |
     return RoundRecord(
         round=n, selected=selected, received=received, stragglers=[p for p in selected if p not in received],
         utility_before=0.1 * n, utility_after=0.1 * n + 0.05, test_accuracy=0.5 + 0.01 * n, test_loss=1.0 / n,
-        method="exact", evaluations=2 ** len(received), valuation_seconds=0.01, round_seconds=1.5,
+        status=RoundStatus.VALUED, method="exact", evaluations=2 ** len(received), valuation_seconds=0.01,
+        round_seconds=1.5,
         train_wait_seconds=1.2, aggregation_seconds=0.1, evaluation_seconds=0.2, bytes_up=1000 * n,
         bytes_down=2000 * n, messages_up=3, messages_down=4, model_bytes=400, group_rationality_residual=0.0,
         started_at=1000.0 + n, finished_at=1001.5 + n,

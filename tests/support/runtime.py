@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from fedsv.coordinator.ledger import Ledger
+from fedsv.ledger import Ledger
 from tests.support.processes import wait_for
 
 # The end-to-end tests' run: 6 participants, 3 per round, 2 rounds.
@@ -222,4 +222,3 @@ def scrape(port: int, host: str = "127.0.0.1") -> dict[tuple[str, frozenset[tupl
 
 def sample(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
-

@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from fedsv.app.demo import DemoConfig, run_demo
-from fedsv.common.round_step import ClientUpdate, aggregate
-from fedsv.common.training import evaluate
+from fedsv.fl.aggregation import RULES, AggregationRule, aggregate, pairwise_distances
+from fedsv.fl.evaluation import evaluate
+from fedsv.fl.updates import ClientUpdate
 from fedsv.valuation import RoundGame
-from fedsv.valuation.aggregation import RULES, AggregationRule, pairwise_distances
 from fedsv.valuation.exact import all_coalitions
 
 

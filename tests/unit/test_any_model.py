@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedsv.common.data import load_dataset
-from fedsv.common.training import TrainConfig, apply_delta, fedavg, load_params, local_update, params_of
+from fedsv.data import load_dataset
+from fedsv.fl.state import apply_delta, fedavg, load_params, params_of
+from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import RoundGame
 from fedsv.valuation.exact import all_coalitions
 from fedsv.valuation.round_game import MODES

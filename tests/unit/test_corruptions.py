@@ -7,14 +7,14 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from fedsv.common.corruptions import (
+from fedsv.data import ArrayDataset
+from fedsv.data.corruptions import (
     Corruption,
     PixelBackdoor,
     backdoor_success_rate,
     flip_labels,
     parse_corruption,
 )
-from fedsv.common.data import ArrayDataset
 
 
 def labels(n: int = 1000, seed: int = 0) -> np.ndarray:
@@ -122,9 +122,7 @@ def test_backdoor_success_rate() -> None:
 
 
 def test_corruption_apply_and_transform() -> None:
-    ds = ArrayDataset(
-        x=np.zeros((200, 1, 8, 8), dtype=np.float32), y=labels(200), num_classes=10, name="t"
-    )
+    ds = ArrayDataset(x=np.zeros((200, 1, 8, 8), dtype=np.float32), y=labels(200), num_classes=10, name="t")
     assert Corruption().apply_to_dataset(ds, seed=0) is ds and Corruption().is_clean
     flipped = Corruption(label_flip_ratio=0.2).apply_to_dataset(ds, seed=0)
     assert int((flipped.y != ds.y).sum()) == 40 and flipped.x is ds.x

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsv.common.data import (
+from fedsv.data import (
     IDX_IMAGES_MAGIC,
     IDX_LABELS_MAGIC,
     ArrayDataset,

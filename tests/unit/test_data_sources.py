@@ -1,4 +1,4 @@
-"""fedsv.common.data.sources: every format written to tmp_path and read back, and one-line DataErrors."""
+"""fedsv.data.sources: every format written to tmp_path and read back, and one-line DataErrors."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from fedsv.common.data.mnist_idx import IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC
-from fedsv.common.data.sources import (
+from fedsv.data.mnist_idx import IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC
+from fedsv.data.sources import (
     DataError,
     Samples,
     read_cifar10_samples,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedsv.common.models import build_model
+from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame, fused_head
 from fedsv.valuation.exact import ExactShapley
 

@@ -1,4 +1,4 @@
-"""The import contract: valuation < common < coordinator | participant < app | integrations (fedsv.*)."""
+"""The import contract: every fedsv package imports only the packages below it (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -14,21 +14,45 @@ import pytest
 import fedsv
 
 PACKAGE = Path(fedsv.__file__).parent
-# Each layer and the layers it may import (besides itself).
+# Each layer and the layers it may import (besides itself), bottom up.
 ALLOWED: dict[str, set[str]] = {
-    "fedsv.valuation": set(),
-    "fedsv.common": {"fedsv.valuation"},
-    "fedsv.coordinator": {"fedsv.valuation", "fedsv.common"},
-    "fedsv.participant": {"fedsv.valuation", "fedsv.common"},
-    "fedsv.app": {"fedsv.valuation", "fedsv.common", "fedsv.coordinator", "fedsv.participant"},
-    # Beside fedsv.app: other frameworks' servers valuing with fedsv (the ledger and metrics are the
-    # coordinator's).
-    "fedsv.integrations": {"fedsv.valuation", "fedsv.common", "fedsv.coordinator"},
+    "fedsv.config": set(),
+    "fedsv.fl": set(),
+    "fedsv.valuation": {"fedsv.fl"},
+    "fedsv.data": {"fedsv.fl"},
+    "fedsv.task": {"fedsv.fl", "fedsv.data"},
+    "fedsv.wire": {"fedsv.fl"},
+    "fedsv.security": {"fedsv.fl"},
+    "fedsv.ledger": {"fedsv.fl", "fedsv.valuation"},
+    "fedsv.coordinator": {
+        "fedsv.config",
+        "fedsv.fl",
+        "fedsv.valuation",
+        "fedsv.data",
+        "fedsv.task",
+        "fedsv.wire",
+        "fedsv.security",
+        "fedsv.ledger",
+    },
+    "fedsv.participant": {
+        "fedsv.config",
+        "fedsv.fl",
+        "fedsv.data",
+        "fedsv.task",
+        "fedsv.wire",
+        "fedsv.security",
+    },
 }
-# Public modules at the top of the package that belong to a layer: the task interface is common's.
-PUBLIC = {"fedsv.task": "fedsv.common", "fedsv.tasks": "fedsv.common"}
+ALLOWED["fedsv.app"] = {*ALLOWED["fedsv.coordinator"], "fedsv.coordinator", "fedsv.participant"}
+# Beside fedsv.app: other frameworks' servers valuing with fedsv (the coordinator's metrics).
+ALLOWED["fedsv.integrations"] = {*ALLOWED["fedsv.ledger"], "fedsv.ledger", "fedsv.task", "fedsv.data"}
+ALLOWED["fedsv.integrations"] |= {"fedsv.coordinator", "fedsv.config"}
+# Public modules at the top of the package that belong to a layer: the built-in tasks are the task layer's.
+PUBLIC = {"fedsv.tasks": "fedsv.task"}
 # What an installed fedsv must never leave behind: the design card's folders as top-level modules.
 OLD_TOP_LEVEL = ("valuation", "coordinator", "participant")
+NO_GRPC = ("fedsv.fl", "fedsv.valuation", "fedsv.data", "fedsv.task", "fedsv.ledger")
+"""Layers usable without gRPC: the FL core, the valuation library, data, tasks and the ledger."""
 
 
 def layer_of(module: str) -> str | None:
@@ -53,7 +77,7 @@ def installed_for(module: str) -> bool:
 
 
 def modules_of(layer: str) -> dict[str, Path]:
-    """Every module of a layer by name, found by walking its folder (links included)."""
+    """Every module of a layer by name, found by walking its folder."""
     root = PACKAGE / layer.split(".")[1]
     paths = sorted(root.rglob("*.py"))
     paths += [PACKAGE / f"{name.split('.')[1]}.py" for name, owner in PUBLIC.items() if owner == layer]
@@ -102,8 +126,8 @@ def test_every_import_statement_respects_the_layers(layer: str) -> None:
                 bad.append(f"{path}:{line} imports {name}, which is in no layer")
             elif target is not None and target != layer and target not in ALLOWED[layer]:
                 bad.append(f"{path}:{line}: {layer} must not import {name}")
-            elif layer == "fedsv.valuation" and top == "grpc":
-                bad.append(f"{path}:{line}: the valuation library imports gRPC")
+            elif layer in NO_GRPC and top == "grpc":
+                bad.append(f"{path}:{line}: {layer} imports gRPC")
     assert not bad, "\n".join(bad)
 
 
@@ -135,8 +159,8 @@ def test_importing_a_layer_loads_only_the_layers_below_it(layer: str, tmp_path: 
     extra = layers - {layer, *ALLOWED[layer]}
     assert not extra, f"{layer} pulled in {sorted(extra)}"
     assert not [name for name in loaded if name.split(".")[0] in OLD_TOP_LEVEL]
-    if layer == "fedsv.valuation":
-        assert not [name for name in loaded if name.split(".")[0] == "grpc"], "fedsv.valuation loaded grpc"
+    if layer in NO_GRPC:
+        assert not [name for name in loaded if name.split(".")[0] == "grpc"], f"{layer} loaded grpc"
 
 
 def test_the_library_entry_point() -> None:
@@ -146,3 +170,10 @@ def test_the_library_entry_point() -> None:
     result = shapley_values(lambda s: float(len(s) ** 2), m=4, spec=ValuationSpec(method="exact"))
     assert result.method == "exact"
     assert result.values.tolist() == pytest.approx([4.0] * 4)  # symmetric: U(all) = 16 split four ways
+
+
+def test_every_package_of_fedsv_is_a_layer() -> None:
+    """A new package cannot slip past the contract: each folder and top-level module belongs to a layer."""
+    owners = {f"fedsv.{p.name}" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    owners |= {f"fedsv.{p.stem}" for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    assert not {name for name in owners if layer_of(name) is None}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -15,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from fedsv.coordinator.ledger import (
+from fedsv.ledger import (
     Checkpoint,
     Ledger,
     LedgerError,
     RoundRecord,
+    RoundStatus,
     TrafficRow,
     UpdateRow,
     ValueRow,
@@ -188,7 +190,7 @@ def test_foreign_files_are_refused(tmp_path: Path) -> None:
 WRITER = """
 import json, os, sys
 sys.path[:0] = [{repo!r}]
-from fedsv.coordinator.ledger import Checkpoint, Ledger
+from fedsv.ledger import Checkpoint, Ledger
 from tests.support.records import CONFIG, make_record, make_rows
 with Ledger(sys.argv[1]) as ledger:
     ledger.ensure_run("run-1", CONFIG)
@@ -255,20 +257,48 @@ def test_update_rows_record_each_aggregated_count(ledger: Ledger) -> None:
     assert [r.round for r in ledger.rounds()] == [1]
 
 
+def _downgrade(path: Path, version: int) -> None:
+    """Make a current ledger look like what a coordinator of schema `version` left."""
+    with sqlite3.connect(path) as conn:
+        if version < 3:  # the status lived in the method: "pending" or "none"
+            conn.execute("UPDATE rounds SET method = 'pending' WHERE status = 'pending'")
+            conn.execute("UPDATE rounds SET method = 'none' WHERE status = 'not_valued'")
+            conn.execute("ALTER TABLE rounds DROP COLUMN status")
+        if version < 2:  # no updates, no valued_at
+            conn.execute("DROP TABLE updates")
+            conn.execute("ALTER TABLE rounds DROP COLUMN valued_at")
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+
+
 def test_a_schema_1_ledger_is_read_and_migrated(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
         ledger.ensure_run("run-1", CONFIG)
         commit(ledger, 1)
-    with sqlite3.connect(path) as conn:  # what a version-1 coordinator left: no updates, no valued_at
-        conn.execute("DROP TABLE updates")
-        conn.execute("ALTER TABLE rounds DROP COLUMN valued_at")
-        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    _downgrade(path, 1)
     with Ledger(path, read_only=True) as reader:
         assert reader.updates() == [] and [r.round for r in reader.rounds()] == [1]
         assert math.isnan(reader.rounds()[0].valued_at)
+        assert reader.rounds()[0].status is RoundStatus.VALUED
     with Ledger(path) as ledger:
         commit(ledger, 2)
         assert ledger.updates() == []  # commit() records no update rows
+        assert [r.status for r in ledger.rounds()] == [RoundStatus.VALUED] * 2
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+
+
+def test_a_schema_2_ledger_reads_its_pending_rounds_by_method_and_migrates_them(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        commit(ledger, 1)
+        pending = dataclasses.replace(make_record(2), status=RoundStatus.PENDING, method="", evaluations=0)
+        _, traffic = make_rows(pending)
+        ledger.commit_round(pending, [], traffic, Checkpoint(2, b"p", "{}"))
+    _downgrade(path, 2)
+    for read_only in (True, False):  # as it is, then migrated by a writer
+        with Ledger(path, read_only=read_only) as ledger:
+            records = ledger.rounds()
+            assert [r.status for r in records] == [RoundStatus.VALUED, RoundStatus.PENDING]
+            assert records[1].method == "" and ledger.pending_rounds() == [2]

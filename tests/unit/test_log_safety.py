@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from fedsv.common.log_safety import MAX_SHOWN, RateLimitedLog, shown
+from fedsv.security.log_safety import MAX_SHOWN, RateLimitedLog, shown
 
 
 def test_shown_escapes_control_bytes_and_cuts_long_strings() -> None:

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedsv.common.models import CifarCNN, MnistCNN, build_model
-from fedsv.common.training import params_of
+from fedsv.fl.state import params_of
+from fedsv.task.models import CifarCNN, MnistCNN, build_model
 from fedsv.valuation.stem_split import split_stem
 
 CASES = [

@@ -1,4 +1,4 @@
-"""The wheel: one top-level name, `fedsv`, holding the design card's folders as its subpackages."""
+"""One real tree: every module under fedsv/ at its import path; the wheel's one top-level name is fedsv."""
 
 from __future__ import annotations
 
@@ -11,12 +11,28 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "fedsv", "valuation", "coordinator", "participant")
+SOURCES = ("pyproject.toml", "README.md", "fedsv")
+DESIGN_CARD = ("valuation", "coordinator", "participant")
+"""The design card's folders, visible at the root as links into the package."""
+
+
+def test_every_module_has_one_real_path_and_the_card_folders_link_into_it() -> None:
+    package = REPO / "fedsv"
+    links = [p for p in package.rglob("*") if p.is_symlink()]
+    assert not links, f"links inside the package: {links}"
+    for name in DESIGN_CARD:
+        root = REPO / name
+        assert root.is_symlink() and root.resolve() == (package / name).resolve(), name
+        assert (package / name / "__init__.py").is_file()
+    # what `find fedsv -name '*.py'` lists is every module the package imports
+    found = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    for module in ("valuation/round_game.py", "coordinator/round_loop.py", "participant/worker.py"):
+        assert module in found, module
 
 
 @pytest.mark.slow
 def test_the_wheel_has_fedsv_as_its_only_top_level_name(tmp_path: Path) -> None:
-    # Build from a copy, links kept as links, so the checkout gets no build/ or egg-info of its own.
+    # Build from a copy, so the checkout gets no build/ or egg-info of its own.
     source = tmp_path / "src"
     source.mkdir()
     for name in SOURCES:
@@ -25,7 +41,6 @@ def test_the_wheel_has_fedsv_as_its_only_top_level_name(tmp_path: Path) -> None:
             shutil.copytree(path, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(path, source / name)
-    assert (source / "fedsv" / "valuation").is_symlink()
     build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
     command = [*build, "-w", str(tmp_path / "dist"), str(source)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
@@ -38,12 +53,12 @@ def test_the_wheel_has_fedsv_as_its_only_top_level_name(tmp_path: Path) -> None:
         entry_points = archive.read(top_level.replace("top_level.txt", "entry_points.txt")).decode()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"fedsv"}
-    # The linked folders arrive as real files inside fedsv/, with the generated code and both entry points.
+    # The subpackages, the generated code and both entry points.
     for expected in (
         "fedsv/valuation/api.py",
         "fedsv/coordinator/__main__.py",
         "fedsv/participant/__main__.py",
-        "fedsv/common/v1/fedsv_pb2.py",
+        "fedsv/wire/v1/fedsv_pb2.py",
         "fedsv/app/cli.py",
     ):
         assert expected in names, expected

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsv.common.partition import participant_indices, partition_indices
+from fedsv.data.partition import participant_indices, partition_indices
 
 
 def sorted_labels(n: int = 1000, classes: int = 10) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from pathlib import Path
@@ -11,15 +12,16 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
-from fedsv.common.models import build_model
-from fedsv.common.round_step import ClientUpdate, EvalSet, GameSettings, value_updates
-from fedsv.common.training import params_of
-from fedsv.coordinator.ledger import Checkpoint, Ledger, LedgerError
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.pending import PendingRound, PendingStore
-from fedsv.coordinator.records import PENDING, valuation_summary, value_rows
 from fedsv.coordinator.valuation_worker import ValuationWorker
+from fedsv.fl.evaluation import EvalSet
+from fedsv.fl.state import params_of
+from fedsv.fl.updates import ClientUpdate
+from fedsv.ledger import Checkpoint, Ledger, LedgerError, RoundStatus, valuation_summary, value_rows
+from fedsv.task.models import build_model
 from fedsv.valuation import FederatedValuation, Plan, ValuationSpec
+from fedsv.valuation.round_valuation import GameSettings, value_updates
 from tests.support.records import CONFIG, make_record, make_rows
 
 PIDS = ["p000", "p001", "p002"]
@@ -48,7 +50,7 @@ def _spec(number: int) -> ValuationSpec:
 
 def _commit_pending(ledger: Ledger, number: int) -> None:
     record = make_record(number, PIDS, PIDS)
-    pending = type(record)(**{**record.__dict__, "method": PENDING, "evaluations": 0})
+    pending = dataclasses.replace(record, status=RoundStatus.PENDING, method="", evaluations=0)
     _, traffic = make_rows(record)
     ledger.commit_round(pending, [], traffic, Checkpoint(number, b"w", "{}"))
 

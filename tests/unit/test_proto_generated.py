@@ -1,4 +1,4 @@
-"""The committed fedsv/common/v1 code is exactly what fedsv.common.protogen makes from proto/, and imports."""
+"""The committed fedsv/wire/v1 code is exactly what fedsv.wire.protogen makes from proto/, and imports."""
 
 from __future__ import annotations
 
@@ -7,34 +7,34 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedsv.common import protogen
+from fedsv.wire import protogen
 
-GENERATED_DIR = protogen.REPO_ROOT / "fedsv" / "common" / "v1"
+GENERATED_DIR = protogen.REPO_ROOT / "fedsv" / "wire" / "v1"
 
 
 def _generated_files(root: Path) -> set[Path]:
     return {
         p.relative_to(root)
-        for p in (root / "fedsv" / "common" / "v1").iterdir()
+        for p in (root / "fedsv" / "wire" / "v1").iterdir()
         if p.is_file() and p.name.endswith(protogen.GENERATED_SUFFIXES)
     }
 
 
 def test_regenerated_code_is_byte_identical(tmp_path: Path) -> None:
     written = protogen.generate(tmp_path)
-    assert {Path("fedsv/common/v1/fedsv_pb2.py"), Path("fedsv/common/v1/fedsv_pb2_grpc.py")} <= set(written)
+    assert {Path("fedsv/wire/v1/fedsv_pb2.py"), Path("fedsv/wire/v1/fedsv_pb2_grpc.py")} <= set(written)
     assert _generated_files(tmp_path) == _generated_files(protogen.REPO_ROOT) == set(written)
     for rel in written:
         committed = protogen.REPO_ROOT / rel
         assert committed.is_file(), f"{rel} is not committed"
         assert committed.read_bytes() == (tmp_path / rel).read_bytes(), (
-            f"{rel} differs from freshly generated code; run python -m fedsv.common.protogen"
+            f"{rel} differs from freshly generated code; run python -m fedsv.wire.protogen"
         )
 
 
 def test_check_command_passes_on_committed_code() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "fedsv.common.protogen", "--check"],
+        [sys.executable, "-m", "fedsv.wire.protogen", "--check"],
         cwd=protogen.REPO_ROOT,
         capture_output=True,
         text=True,
@@ -47,23 +47,23 @@ def test_check_reports_differing_and_stale_files(tmp_path: Path) -> None:
     protogen.generate(tmp_path)
     assert protogen.check(tmp_path) == []
     assert protogen.main(["--check", "--out", str(tmp_path)]) == 0
-    pb2 = tmp_path / "fedsv" / "common" / "v1" / "fedsv_pb2.py"
+    pb2 = tmp_path / "fedsv" / "wire" / "v1" / "fedsv_pb2.py"
     pb2.write_bytes(pb2.read_bytes() + b"# edited\n")
-    (tmp_path / "fedsv" / "common" / "v1" / "old_pb2.py").write_text("# stale\n")
-    (tmp_path / "fedsv" / "common" / "v1" / "fedsv_pb2_grpc.py").unlink()
+    (tmp_path / "fedsv" / "wire" / "v1" / "old_pb2.py").write_text("# stale\n")
+    (tmp_path / "fedsv" / "wire" / "v1" / "fedsv_pb2_grpc.py").unlink()
     assert protogen.check(tmp_path) == [
-        Path("fedsv/common/v1/fedsv_pb2.py"),
-        Path("fedsv/common/v1/fedsv_pb2_grpc.py"),
-        Path("fedsv/common/v1/old_pb2.py"),
+        Path("fedsv/wire/v1/fedsv_pb2.py"),
+        Path("fedsv/wire/v1/fedsv_pb2_grpc.py"),
+        Path("fedsv/wire/v1/old_pb2.py"),
     ]
     assert protogen.main(["--check", "--out", str(tmp_path)]) == 1
 
 
 def test_generated_module_has_coordinator_service() -> None:
-    from fedsv.common.v1 import fedsv_pb2
+    from fedsv.wire.v1 import fedsv_pb2
 
     # Imported by name: the generated gRPC module has no type stubs and is not checked by mypy.
-    fedsv_pb2_grpc = importlib.import_module("fedsv.common.v1.fedsv_pb2_grpc")
+    fedsv_pb2_grpc = importlib.import_module("fedsv.wire.v1.fedsv_pb2_grpc")
 
     service = fedsv_pb2.DESCRIPTOR.services_by_name["Coordinator"]
     methods = service.methods_by_name

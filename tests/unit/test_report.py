@@ -12,7 +12,7 @@ import pytest
 
 from fedsv.app.cli import main as fedsv_main
 from fedsv.app.report import build_report, format_table, write_outputs
-from fedsv.coordinator.ledger import Checkpoint, Ledger, TrafficRow, UpdateRow, ValueRow
+from fedsv.ledger import Checkpoint, Ledger, TrafficRow, UpdateRow, ValueRow
 from fedsv.valuation import FederatedValuation, RoundValues
 from tests.support.records import make_record
 

@@ -16,13 +16,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import fedsv.valuation.device as device_module
-from fedsv.common.data import load_dataset
-from fedsv.common.models import build_model
+from fedsv.data import load_dataset
+from fedsv.fl.state import federated_state
+from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame, round_game
 from fedsv.valuation.device import DEFAULT_BUDGET_MB, DEFAULT_WORKING_SET, PRECISIONS
 from fedsv.valuation.exact import all_coalitions
 from fedsv.valuation.round_game import MODES
-from fedsv.valuation.round_inputs import federated_state
 
 NUM_VAL = 100
 M = 4

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import grpc
 
-from fedsv.common.wire import WIRE_ERROR_REASONS
 from fedsv.coordinator import run_state
 from fedsv.coordinator.status_codes import STATUS_OF_REASON, status_of
+from fedsv.wire.codec import WIRE_ERROR_REASONS
 
 
 def _rejected_reasons() -> set[str]:

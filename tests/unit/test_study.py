@@ -31,8 +31,7 @@ from fedsv.app.study.summarization import (
     replay_schedule,
     selection_spec,
 )
-from fedsv.coordinator.ledger import ValueRow
-from fedsv.coordinator.records import federated_valuation
+from fedsv.ledger import ValueRow, federated_valuation
 from tests.support.records import make_record
 
 # ---------------------------------------------------------------------- detection curves and areas

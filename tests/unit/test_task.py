@@ -11,9 +11,9 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from fedsv.common.data.sources import DataError, Samples
-from fedsv.common.task import LoadedTask, Task, TaskError, TrainContext, as_samples, load_task
-from fedsv.common.training import params_of
+from fedsv.data.sources import DataError, Samples
+from fedsv.fl.state import params_of
+from fedsv.task.interface import LoadedTask, Task, TaskError, TrainContext, as_samples, load_task
 
 TASK_FILE = '''
 import numpy as np
@@ -158,8 +158,8 @@ def test_a_module_can_itself_be_the_task(tmp_path: Path) -> None:
 
 def _rank_delta(device: str) -> dict[str, torch.Tensor]:
     """One round of local training of rank 0 of a simulated run, on `device`."""
-    from fedsv.common.v1 import fedsv_pb2
     from fedsv.participant.local import LocalRank, LocalSettings
+    from fedsv.wire.v1 import fedsv_pb2
 
     train = fedsv_pb2.TrainSettings(epochs=1, batch_size=10, lr=0.05)
     spec = fedsv_pb2.RunSpec(world_size=20, seed=3, dataset="embedded", partition="iid", model="mlp",

@@ -8,18 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedsv.common.corruptions import Corruption, PixelBackdoor
-from fedsv.common.data import DatasetSplits, load_dataset
-from fedsv.common.models import build_model
-from fedsv.common.training import (
-    TrainConfig,
-    apply_delta,
-    evaluate,
-    fedavg,
-    load_params,
-    local_update,
-    params_of,
-)
+from fedsv.data import DatasetSplits, load_dataset
+from fedsv.data.corruptions import Corruption, PixelBackdoor
+from fedsv.fl.evaluation import evaluate
+from fedsv.fl.state import apply_delta, fedavg, load_params, params_of
+from fedsv.task.models import build_model
+from fedsv.task.training import TrainConfig, local_update
 
 
 @pytest.fixture(autouse=True, scope="module")

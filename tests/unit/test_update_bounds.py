@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from fedsv.app.demo import DemoConfig, run_demo
-from fedsv.common.corruptions import parse_corruption
-from fedsv.common.round_step import ClientUpdate
-from fedsv.common.update_bounds import NormBound, bound_updates, round_bound, update_norm
+from fedsv.data.corruptions import parse_corruption
+from fedsv.fl.update_bounds import NormBound, bound_updates, round_bound, update_norm
+from fedsv.fl.updates import ClientUpdate
 
 
 def _update(pid: str, norm: float) -> ClientUpdate:

@@ -12,9 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsv.common.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES
-from fedsv.common.v1 import fedsv_pb2
-from fedsv.common.wire import (
+from fedsv.wire.codec import (
     DTYPES,
     WIRE_ERROR_REASONS,
     TensorSetAssembler,
@@ -25,6 +23,8 @@ from fedsv.common.wire import (
     spec_of,
     tensor_set_bytes,
 )
+from fedsv.wire.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES
+from fedsv.wire.v1 import fedsv_pb2
 
 BIG = 1 << 30
 

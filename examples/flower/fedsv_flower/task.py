@@ -7,8 +7,8 @@ import functools
 import torch
 from torch import nn
 
-from fedsv.common.data import DatasetSplits, load_dataset
-from fedsv.common.models import build_model
+from fedsv.data import DatasetSplits, load_dataset
+from fedsv.task.models import build_model
 
 SEED = 0
 

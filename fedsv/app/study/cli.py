@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from fedsv.app.study.config import STUDIES, StudyConfig
-from fedsv.common.config_args import add_dataclass_args, build_config, load_config_file
+from fedsv.config.flags import add_dataclass_args, build_config, load_config_file
 
 
 def add_study_parser(sub: argparse._SubParsersAction) -> None:

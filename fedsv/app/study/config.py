@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from fedsv.common.corruptions import parse_corruption
 from fedsv.coordinator.config import RunConfig
+from fedsv.data.corruptions import parse_corruption
 
 STUDIES = ("noisy", "backdoor", "summarize")
 PARTITIONS = ("iid", "noniid")

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.common.ranks import participant_id
+from fedsv.fl.ranks import participant_id
 from fedsv.valuation import FederatedValuation
 
 VALUE_METHODS = ("fedsv", "loo", "fedsv_normalized", "loo_normalized")

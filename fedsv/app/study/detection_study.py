@@ -18,10 +18,10 @@ from fedsv.app.study.detection import (
     value_totals,
 )
 from fedsv.app.study.runner import Runner, RunResult
-from fedsv.common.corruptions import backdoor_success_rate, parse_corruption
-from fedsv.common.data import load_dataset
-from fedsv.common.models import build_model
-from fedsv.common.training import load_params
+from fedsv.data import load_dataset
+from fedsv.data.corruptions import backdoor_success_rate, parse_corruption
+from fedsv.fl.state import load_params
+from fedsv.task.models import build_model
 
 
 def stats(values: list[float]) -> dict[str, Any]:

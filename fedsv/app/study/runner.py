@@ -14,9 +14,7 @@ from torch import Tensor
 
 from fedsv.app.launch import Launch, LaunchConfig, LaunchError
 from fedsv.coordinator.config import RunConfig
-from fedsv.coordinator.ledger import Ledger, LedgerError, RoundRecord, ValueRow
-from fedsv.coordinator.records import federated_valuation
-from fedsv.coordinator.round_loop import params_from_bytes
+from fedsv.ledger import Ledger, LedgerError, RoundRecord, ValueRow, decode_params, federated_valuation
 from fedsv.valuation import FederatedValuation
 
 logger = logging.getLogger(__name__)
@@ -53,7 +51,7 @@ class RunResult:
             checkpoint = ledger.last_checkpoint()
         if checkpoint is None:
             raise StudyError(f"{self.directory}: the ledger holds no checkpoint")
-        return params_from_bytes(checkpoint.global_params)
+        return decode_params(checkpoint.global_params)
 
 
 def _finished(directory: Path, run: RunConfig) -> RunResult | None:

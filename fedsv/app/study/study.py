@@ -14,7 +14,7 @@ from fedsv.app.study.detection_study import run_detection
 from fedsv.app.study.outputs import write_all
 from fedsv.app.study.runner import Runner
 from fedsv.app.study.summarize_study import run_summarization
-from fedsv.common.data import load_dataset
+from fedsv.data import load_dataset
 
 
 def run_study(study: str, config: StudyConfig, report: Callable[[str], None] = print) -> dict[str, Any]:

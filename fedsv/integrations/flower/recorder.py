@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,10 +10,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from torch import Tensor
 
-from fedsv.coordinator.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow, UpdateRow
 from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.records import value_rows
-from fedsv.coordinator.round_loop import params_to_bytes
+from fedsv.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow, UpdateRow, encode_params, value_rows
 from fedsv.valuation import FederatedValuation, RoundValues
 
 logger = logging.getLogger(__name__)
@@ -64,7 +60,7 @@ class RunRecorder:
         updates = [UpdateRow(record.round, pid, n, 0.0) for pid, n in num_samples.items()]
         if self.ledger is not None:
             # The coordinator's own checkpoint format, so a Flower ledger reads back like a fedsv one.
-            checkpoint = Checkpoint(record.round, params_to_bytes(params), "{}")
+            checkpoint = Checkpoint(record.round, encode_params(params), "{}")
             self.ledger.commit_round(record, rows, traffic, checkpoint, updates)
         if self.metrics is not None:
             self.metrics.observe_round(record, self.accounting.totals())
@@ -73,43 +69,3 @@ class RunRecorder:
     def close(self) -> None:
         if self.ledger is not None:
             self.ledger.close()
-
-
-def round_record(
-    number: int,
-    selected: list[str],
-    values: RoundValues | None,
-    traffic: tuple[tuple[int, int], tuple[int, int]],
-    model_bytes: int,
-    seconds: tuple[float, float, float],
-    started_at: float,
-) -> RoundRecord:
-    """The ledger's record of a Flower round; traffic ((bytes, msgs) up, down), seconds (round, agg, val)."""
-    (bytes_up, messages_up), (bytes_down, messages_down) = traffic
-    received = list(values.participants) if values is not None else []
-    return RoundRecord(
-        round=number,
-        selected=selected,
-        received=received,
-        stragglers=[p for p in selected if p not in received],
-        utility_before=values.utility_before if values is not None else math.nan,
-        utility_after=values.utility_after if values is not None else math.nan,
-        test_accuracy=math.nan,
-        test_loss=math.nan,
-        method=values.method if values is not None else "none",
-        evaluations=values.evaluations if values is not None else 0,
-        valuation_seconds=seconds[2],
-        round_seconds=seconds[0],
-        train_wait_seconds=max(0.0, seconds[0] - seconds[1] - seconds[2]),
-        aggregation_seconds=seconds[1],
-        evaluation_seconds=0.0,
-        bytes_up=bytes_up,
-        bytes_down=bytes_down,
-        messages_up=messages_up,
-        messages_down=messages_down,
-        model_bytes=model_bytes,
-        group_rationality_residual=values.group_rationality_residual if values is not None else math.nan,
-        started_at=started_at,
-        finished_at=time.time(),
-        valued_at=time.time(),
-    )

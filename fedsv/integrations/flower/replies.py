@@ -10,7 +10,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from torch import Tensor
 
-from fedsv.common.ranks import participant_id
+from fedsv.fl.ranks import participant_id
 
 ID_KEYS = ("participant-id", "partition-id")
 """Reply metrics (or config) keys that name a client, first found wins; else its Flower node id."""

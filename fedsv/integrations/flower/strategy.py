@@ -15,13 +15,15 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 from prometheus_client import CollectorRegistry
 from torch import Tensor, nn
 
-from fedsv.common.task import Task
-from fedsv.integrations.flower.recorder import RunRecorder, round_record
+from fedsv.fl.state import federated_state
+from fedsv.integrations.flower.recorder import RunRecorder
 from fedsv.integrations.flower.replies import FlowerRound, read_round, state_of
 from fedsv.integrations.flower.rules import aggregation_rule
 from fedsv.integrations.flower.traffic import RoundTraffic, object_bytes
+from fedsv.ledger import RoundStatus, RoundTimes, build_round_record
+from fedsv.task.interface import Task
 from fedsv.valuation import RoundGame, RoundValues, ValuationSpec
-from fedsv.valuation.round_inputs import Metric, federated_state
+from fedsv.valuation.round_inputs import Metric
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ class FedSVStrategy(Strategy):
         self._arrays: dict[int, ArrayRecord] = {}
         self._sent: dict[int, list[int]] = {}
         self._traffic: dict[int, RoundTraffic] = {}
-        self._started: dict[int, tuple[float, float]] = {}
+        self._started: dict[int, float] = {}
         self.rounds: dict[int, RoundValues] = {}
 
     # ---------------------------------------------------------------- training: the valued part
@@ -91,7 +93,7 @@ class FedSVStrategy(Strategy):
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._arrays[server_round] = arrays
         self._sent[server_round] = [int(m.metadata.dst_node_id) for m in messages]
-        self._started[server_round] = (time.time(), time.perf_counter())
+        self._started[server_round] = time.time()
         self._traffic[server_round] = traffic = RoundTraffic()
         traffic.add(TRAIN, "down", messages)
         return messages
@@ -150,20 +152,32 @@ class FedSVStrategy(Strategy):
         traffic.add(TRAIN, "up", replies)
         by_node = dict(zip(flower_round.node_ids, flower_round.participants, strict=True))
         selected = [by_node.get(node, f"node-{node}") for node in self._sent.pop(number)]
-        wall_started, perf_started = self._started.pop(number)
+        started = self._started.pop(number)
         global_params = flower_round.global_params
         params = state_of(arrays, self.names) if arrays is not None else global_params
-        record = round_record(
+        rows = traffic.ledger_rows(number)
+        aggregation, valuation = seconds
+        finished = time.time()
+        times = RoundTimes(
+            started_at=started,
+            finished_at=finished,
+            train_wait=max(0.0, finished - started - aggregation - valuation),
+            aggregation=aggregation,
+            valuation=valuation,
+            evaluation=0.0,
+        )
+        record = build_round_record(
             number,
             selected,
+            flower_round.participants,
             values,
-            (traffic.total("up"), traffic.total("down")),
+            rows,
             object_bytes(arrays) if arrays is not None else 0,
-            (time.perf_counter() - perf_started, *seconds),
-            wall_started,
+            times,
+            status=None if values is not None else RoundStatus.NOT_VALUED,
         )
         counts = dict(zip(flower_round.participants, flower_round.num_samples, strict=True))
-        self.recorder.commit(record, values, counts, traffic.ledger_rows(number), params)
+        self.recorder.commit(record, values, counts, rows, params)
 
     # ---------------------------------------------------------------- evaluation: delegated as is
     def configure_evaluate(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from fedsv.coordinator.ledger import TrafficRow
+from fedsv.ledger import TrafficRow
 
 
 def object_bytes(obj: Message | ArrayRecord | RecordDict) -> int:
@@ -28,11 +28,6 @@ class RoundTraffic:
         for message in messages:
             cell[0] += 0 if message.has_error() else object_bytes(message)
             cell[1] += 1
-
-    def total(self, direction: str) -> tuple[int, int]:
-        """(bytes, messages) in one direction over every rpc."""
-        cells = [cell for (_, d), cell in self.rows.items() if d == direction]
-        return sum(c[0] for c in cells), sum(c[1] for c in cells)
 
     def ledger_rows(self, number: int) -> list[TrafficRow]:
         return [TrafficRow(number, rpc, d, c[0], c[1]) for (rpc, d), c in sorted(self.rows.items())]

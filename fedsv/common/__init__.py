@@ -1,1 +1,0 @@
-"""What both sides of a federation share: wire codec and generated code, models, data, training, TLS."""

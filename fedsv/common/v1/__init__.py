@@ -1,1 +1,0 @@
-"""Generated protobuf and gRPC code of the fedsv.v1 wire contract (python -m fedsv.common.protogen)."""

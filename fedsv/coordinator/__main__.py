@@ -1,0 +1,38 @@
+"""`python -m fedsv.coordinator`: run a coordinator for one run (resumes it from --state-dir)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from fedsv.config.flags import add_dataclass_args, build_configs, load_config_file
+from fedsv.coordinator.config import RunConfig, ServerConfig
+from fedsv.coordinator.server import serve
+from fedsv.ledger import LedgerError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fedsv.coordinator", description="fedsv coordinator")
+    parser.add_argument(
+        "--config", default=None, help="JSON file of run and server settings (flags override)"
+    )
+    parser.add_argument("--log-level", default="WARNING")
+    add_dataclass_args(parser, RunConfig)
+    add_dataclass_args(parser, ServerConfig)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        values = load_config_file(args.config) if args.config else {}
+        run, server = build_configs(args, values, RunConfig, ServerConfig)
+        return serve(run, server)
+    except (ValueError, LedgerError, OSError) as exc:  # OSError: a path or port the settings name
+        print(f"coordinator: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

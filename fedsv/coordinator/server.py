@@ -1,0 +1,209 @@
+"""Builds and runs a coordinator: gRPC server (with health service), metrics endpoint, round loop."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from prometheus_client import CollectorRegistry
+
+from fedsv.coordinator.config import RunConfig, ServerConfig
+from fedsv.coordinator.grpc_server import SERVICE_NAME, CoordinatorServers
+from fedsv.coordinator.metrics import CoordinatorMetrics, serve_metrics, stop_metrics
+from fedsv.coordinator.round_loop import RoundLoop
+from fedsv.coordinator.run_inputs import RunInputs
+from fedsv.coordinator.run_state import RunState
+from fedsv.coordinator.servicer import CoordinatorServicer
+from fedsv.coordinator.update_stream import UpdateLimits
+from fedsv.fl.device import resolve_device
+from fedsv.ledger import Ledger
+from fedsv.security.certs import read_tokens
+from fedsv.security.tls import server_credentials
+from fedsv.wire.codec import spec_of
+from fedsv.wire.v1 import fedsv_pb2
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SERVICE_NAME", "Coordinator", "make_run_spec", "run_id_of", "serve"]
+
+
+def run_id_of(run: RunConfig) -> str:
+    """A stable id of the run's settings: the same settings resume the same run."""
+    digest = hashlib.sha256(json.dumps(run.to_dict(), sort_keys=True).encode()).hexdigest()
+    return f"run-{digest[:12]}"
+
+
+def make_run_spec(run: RunConfig, run_id: str, max_chunk_bytes: int) -> dict[int, fedsv_pb2.RunSpec]:
+    corruptions = run.corruptions()
+    train = fedsv_pb2.TrainSettings(epochs=run.epochs, batch_size=run.batch_size, lr=run.lr)
+    return {
+        rank: fedsv_pb2.RunSpec(
+            run_id=run_id,
+            world_size=run.participants,
+            seed=run.seed,
+            dataset=run.dataset,
+            partition=run.partition,
+            model=run.model,
+            train=train,
+            rounds=run.rounds,
+            corruption=corruptions.get(rank, "none"),
+            max_chunk_bytes=max_chunk_bytes,
+            validation_size=run.validation_size,
+            task=run.task,
+        )
+        for rank in range(run.participants)
+    }
+
+
+class Coordinator:
+    """One coordinator process's parts, started and stopped together.
+
+    The gRPC servers run on grpc.aio in one event-loop thread of their own (`CoordinatorServers`);
+    the round loop runs in the thread that calls `run()`; RunState, thread-safe, is what they share.
+    """
+
+    def __init__(
+        self, run: RunConfig, server: ServerConfig, registry: CollectorRegistry | None = None
+    ) -> None:
+        self.run_config, self.server_config = run, server
+        state_dir = Path(server.state_dir)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id_of(run)
+        # The task, its data and the valuation device first: a bad task, file or device must not
+        # leave a run recorded in the ledger.
+        inputs = RunInputs.load(run)
+        resolve_device(server.valuation_device)
+        self.ledger = Ledger(state_dir / "ledger.sqlite")
+        self.ledger.ensure_run(self.run_id, run.to_dict())
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = CoordinatorMetrics(self.registry)
+        self.state = RunState(
+            run.participants,
+            server.credential,
+            tokens=read_tokens(server.tokens_file) if server.tokens_file else None,
+            require_peer=bool(server.tls_dir) and server.tls_client_auth,
+            max_streams=server.max_streams_per_participant,
+            max_samples=server.max_samples_per_participant,
+            max_participants=server.max_participants,
+        )
+        self.state.on_connected = self.metrics.set_connected
+        self.loop = RoundLoop(run, server, self.state, self.ledger, self.metrics, inputs)
+        specs = make_run_spec(run, self.run_id, server.max_chunk_bytes)
+        limits = UpdateLimits(
+            server.max_chunk_bytes, server.max_update_bytes, server.max_tensors, server.header_timeout
+        )
+        self.servicer = CoordinatorServicer(
+            self.state, specs.__getitem__, spec_of(self.loop.params), self.metrics, limits
+        )
+        health_address = f"{server.host}:{server.health_port}" if server.health_port >= 0 else None
+        try:
+            credentials = None
+            if server.tls_dir:
+                credentials = server_credentials(server.tls_dir, server.tls_client_auth)
+            self.servers = CoordinatorServers(
+                self.servicer,
+                self.metrics,
+                f"{server.host}:{server.port}",
+                credentials,
+                run.participants,
+                health_address,
+            )
+        except BaseException:
+            self.ledger.close()
+            raise
+        self.port, self.health_port = self.servers.port, self.servers.health_port
+        self.metrics_server: object | None = None
+        self.metrics_port = -1
+
+    @property
+    def transport(self) -> str:
+        config = self.server_config
+        if not config.tls_dir:
+            return "plaintext"
+        return "mutual TLS" if config.tls_client_auth else "TLS + participant tokens"
+
+    def start(self) -> None:
+        if self.server_config.metrics_port >= 0:  # first: a port in use fails before anything serves
+            try:
+                self.metrics_server, self.metrics_port = serve_metrics(
+                    self.registry, self.server_config.host, self.server_config.metrics_port
+                )
+            except OSError as exc:
+                address = f"{self.server_config.host}:{self.server_config.metrics_port}"
+                raise ValueError(f"cannot serve metrics_port on {address}: {exc.strerror or exc}") from None
+        self.servers.start()
+        if self.server_config.port_file:
+            tmp = Path(self.server_config.port_file + ".tmp")
+            tmp.write_text(f"{self.port} {self.metrics_port}\n")
+            tmp.replace(self.server_config.port_file)
+        if not self.server_config.tls_dir:
+            logger.warning(
+                "INSECURE: gRPC is plaintext (--insecure): anyone on the network can read models and "
+                "deltas and act as any participant who knows the credential; use --tls-dir"
+            )
+        logger.info(
+            "coordinator %s serving gRPC on %s:%d (%s; health %d, metrics %d) for %d participants",
+            self.run_id,
+            socket.gethostname(),
+            self.port,
+            self.transport,
+            self.health_port,
+            self.metrics_port,
+            self.run_config.participants,
+        )
+
+    def run(self) -> str:
+        """Run the rounds to the end, then keep serving (health, final metrics) for `linger` seconds.
+
+        linger < 0 serves until SIGTERM: a coordinator under a Kubernetes Deployment stays up with
+        its final metrics instead of exiting into a restart loop. Participants read the end of the
+        run from their task streams meanwhile and exit.
+        """
+        reason = self.loop.run()
+        linger = self.server_config.linger
+        deadline = float("inf") if linger < 0 else time.time() + linger
+        while time.time() < deadline and not self.loop.stop_event.is_set():
+            self.loop.stop_event.wait(0.1)
+        return reason
+
+    def stop(self) -> None:
+        """Stop the round loop, then serve NOT_SERVING, end every open call (after a grace of about a
+        second, however many are open) and release the ports and the ledger; idempotent."""
+        self.loop.stop_event.set()
+        self.servers.stop()
+        if self.metrics_server is not None:
+            stop_metrics(self.metrics_server)
+            self.metrics_server = None
+        self.ledger.close()
+
+
+def serve(run: RunConfig, server: ServerConfig) -> int:
+    """Run a coordinator until its run ends or SIGTERM/SIGINT; exit code 0 only if the run finished."""
+    coordinator = Coordinator(run, server)
+    try:
+        coordinator.start()
+    except ValueError:
+        coordinator.stop()  # release the ports and the ledger before the one-line error
+        raise
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        logger.info("signal %d: stopping after the current step", signum)
+        coordinator.loop.stop_event.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    try:
+        reason = coordinator.run()
+    finally:
+        coordinator.stop()
+    finished = reason == "finished"
+    logger.log(logging.INFO if finished else logging.WARNING, "run %s ended: %s", coordinator.run_id, reason)
+    return 0 if finished else 3

@@ -1,0 +1,63 @@
+"""Subscribe's events: each stream waits on its own wake-up event until it has a task or the run ends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Iterator
+
+from fedsv.coordinator.calls import Calls
+from fedsv.coordinator.loop_thread import threadsafe_setter
+from fedsv.coordinator.run_state import OpenRound
+from fedsv.wire.codec import iter_chunks
+from fedsv.wire.v1 import fedsv_pb2
+
+RPC = "Subscribe"
+
+
+async def task_events(calls: Calls, participant: str) -> AsyncGenerator[fedsv_pb2.ServerEvent, None]:
+    """The events of `participant`'s task stream: each round's task (w_t in chunks) it is selected in,
+    then the run's end.
+
+    Between rounds the stream costs nothing: it waits on an asyncio event that RunState's callback
+    sets (from the round loop's thread, through the event loop) only when this participant is
+    selected or the run ends. No timeout: a client that goes away cancels the call, and with it
+    this generator.
+    """
+    state = calls.state
+    news = asyncio.Event()
+    wake = threadsafe_setter(asyncio.get_running_loop(), news)
+    state.listen(participant, wake)
+    try:
+        sent_round = 0
+        while True:
+            news.clear()  # before polling: a wake-up after the poll sets it again
+            now = state.poll(participant, sent_round)
+            if now.task is not None:
+                sent_round = now.task.round
+                for event in _task(now.task, participant):
+                    calls.count(sent_round, RPC, "down", event)
+                    yield event
+            elif now.finished:
+                end = fedsv_pb2.RunEnd(reason=state.end_reason, rounds_completed=now.rounds_completed)
+                event = fedsv_pb2.ServerEvent(end=end)
+                calls.count(now.rounds_completed, RPC, "down", event)
+                yield event
+                return
+            else:
+                await news.wait()
+    finally:
+        state.unlisten(participant, wake)
+
+
+def _task(task: OpenRound, participant: str) -> Iterator[fedsv_pb2.ServerEvent]:
+    """The RoundTask event, then w_t's chunks, made one at a time from the round's shared payloads."""
+    yield fedsv_pb2.ServerEvent(
+        task=fedsv_pb2.RoundTask(
+            round=task.round,
+            deadline_unix_ms=int(task.deadline * 1000),
+            model=task.task_header,  # type: ignore[arg-type]
+            train_seed=task.train_seeds[participant],
+        )
+    )
+    for chunk in iter_chunks(task.task_header, task.task_payloads):  # type: ignore[arg-type]
+        yield fedsv_pb2.ServerEvent(chunk=chunk)

@@ -1,0 +1,259 @@
+"""Participant corruptions: the paper's label flipping and pixel backdoor, and a scaled (poisoned) delta."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fedsv.data.dataset import ArrayDataset
+from fedsv.fl.evaluation import evaluate
+
+logger = logging.getLogger(__name__)
+
+ImageT = TypeVar("ImageT", np.ndarray, Tensor)
+
+
+def flip_labels(y: np.ndarray, ratio: float, num_classes: int, seed: int) -> np.ndarray:
+    """A copy of y in which exactly round(ratio * n) seeded-random labels are replaced by another class.
+
+    The new class is uniform among the num_classes - 1 others, so every flipped label really changes.
+    """
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"label flip ratio must lie in [0, 1], got {ratio}")
+    labels = np.asarray(y)
+    if labels.ndim != 1:
+        raise ValueError(f"labels must be a 1-D array, got shape {labels.shape}")
+    out = labels.copy()
+    count = round(ratio * len(labels))
+    if count == 0:
+        return out
+    if num_classes < 2:
+        raise ValueError(f"flipping labels needs num_classes >= 2, got {num_classes}")
+    if int(labels.min()) < 0 or int(labels.max()) >= num_classes:
+        raise ValueError(f"labels must lie in 0..{num_classes - 1} to be flipped")
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(len(labels), size=count, replace=False)
+    offsets = rng.integers(1, num_classes, size=count)
+    out[chosen] = (labels[chosen] + offsets) % num_classes
+    return out
+
+
+@dataclass(frozen=True)
+class PixelBackdoor:
+    """BadNets-style trigger (Gu et al.): a trigger_size x trigger_size checkerboard of max (1.0) and min
+    (0.0) pixels, in all channels, `margin` pixels from the bottom-right corner. Poisoned images are
+    relabelled to target_label; per_batch of every batch_size training images are poisoned (the paper:
+    20 of 64)."""
+
+    target_label: int = 0
+    per_batch: int = 20
+    batch_size: int = 64
+    trigger_size: int = 4
+    margin: int = 1
+
+    def __post_init__(self) -> None:
+        if self.target_label < 0:
+            raise ValueError(f"backdoor target_label must be >= 0, got {self.target_label}")
+        if self.batch_size < 1:
+            raise ValueError(f"backdoor batch_size must be >= 1, got {self.batch_size}")
+        if not 0 <= self.per_batch <= self.batch_size:
+            raise ValueError(
+                f"backdoor per_batch must lie in 0..batch_size={self.batch_size}, got {self.per_batch}"
+            )
+        if self.trigger_size < 1 or self.margin < 0:
+            raise ValueError(
+                f"backdoor needs trigger_size >= 1 and margin >= 0, got {self.trigger_size}, {self.margin}"
+            )
+
+    def pattern(self) -> np.ndarray:
+        """The trigger as a float32 (trigger_size, trigger_size) checkerboard of 1.0 and 0.0."""
+        i, j = np.indices((self.trigger_size, self.trigger_size))
+        return ((i + j) % 2 == 0).astype(np.float32)
+
+    def region(self, height: int, width: int) -> tuple[slice, slice]:
+        """(rows, cols) slices of the trigger in an image of height x width."""
+        need = self.trigger_size + self.margin
+        if height < need or width < need:
+            raise ValueError(
+                f"trigger {self.trigger_size}px + margin {self.margin}px exceeds a {height}x{width} image"
+            )
+        r1, c1 = height - self.margin, width - self.margin
+        return slice(r1 - self.trigger_size, r1), slice(c1 - self.trigger_size, c1)
+
+    def stamp(self, x: ImageT) -> ImageT:
+        """A copy of x (one image (C, H, W) or a batch (n, C, H, W)) with the trigger stamped in."""
+        if x.ndim < 3:
+            raise ValueError(f"stamp needs images of shape (C, H, W) or (n, C, H, W), got {tuple(x.shape)}")
+        rows, cols = self.region(int(x.shape[-2]), int(x.shape[-1]))
+        if isinstance(x, Tensor):
+            out_t = x.clone()
+            out_t[..., rows, cols] = torch.from_numpy(self.pattern()).to(dtype=x.dtype, device=x.device)
+            return out_t
+        out = np.array(x, copy=True)
+        out[..., rows, cols] = self.pattern().astype(out.dtype)
+        return out
+
+    def is_stamped(self, x: np.ndarray | Tensor) -> np.ndarray:
+        """Boolean per image of a batch (n, C, H, W): does it carry the trigger exactly?"""
+        rows, cols = self.region(int(x.shape[-2]), int(x.shape[-1]))
+        patch = np.asarray(x.detach().cpu() if isinstance(x, Tensor) else x)[..., rows, cols]
+        return np.all(patch == self.pattern(), axis=(-3, -2, -1))
+
+    def poison_count(self, batch_len: int) -> int:
+        """How many images of a batch of batch_len are poisoned: per_batch scaled to the batch size."""
+        if self.per_batch == 0 or batch_len == 0:
+            return 0
+        return min(batch_len, max(1, round(self.per_batch * batch_len / self.batch_size)))
+
+    def poison_batch(self, xb: Tensor, yb: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """A copy of the batch in which poison_count(len) random images carry the trigger and target_label."""
+        if xb.shape[0] != yb.shape[0]:
+            raise ValueError(f"batch has {xb.shape[0]} images but {yb.shape[0]} labels")
+        k = self.poison_count(int(xb.shape[0]))
+        if k == 0:
+            return xb, yb
+        chosen = torch.randperm(int(xb.shape[0]), generator=generator)[:k].to(xb.device)
+        x_out = xb.clone()
+        y_out = yb.clone()
+        x_out[chosen] = self.stamp(xb[chosen])
+        y_out[chosen] = self.target_label
+        return x_out, y_out
+
+
+def backdoor_success_rate(
+    model: nn.Module, x: Tensor | np.ndarray, y: Tensor | np.ndarray, backdoor: PixelBackdoor
+) -> float:
+    """Fraction of the images whose true label is not the target that the model, once the trigger is
+    stamped on them, classifies as target_label."""
+    labels = np.asarray(y.detach().cpu() if isinstance(y, Tensor) else y)
+    keep = np.flatnonzero(labels != backdoor.target_label)
+    if keep.size == 0:
+        raise ValueError(
+            f"no test images with a label other than the backdoor target {backdoor.target_label}"
+        )
+    images = torch.as_tensor(x, dtype=torch.float32)
+    if images.shape[0] != labels.shape[0]:
+        raise ValueError(f"got {images.shape[0]} images but {labels.shape[0]} labels")
+    triggered = backdoor.stamp(images[torch.from_numpy(keep).to(images.device)])
+    targets = np.full(keep.size, backdoor.target_label, dtype=np.int64)
+    accuracy, _ = evaluate(model, None, triggered, targets)
+    return accuracy
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """What a participant does to its own data: flip a fraction of labels and/or poison with a backdoor."""
+
+    label_flip_ratio: float = 0.0
+    backdoor: PixelBackdoor | None = None
+    delta_scale: float = 1.0  # model poisoning: the participant sends its delta times this
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.label_flip_ratio <= 1.0:
+            raise ValueError(f"label_flip_ratio must lie in [0, 1], got {self.label_flip_ratio}")
+        if not math.isfinite(self.delta_scale):
+            raise ValueError(f"delta_scale must be a finite number, got {self.delta_scale}")
+
+    @property
+    def is_clean(self) -> bool:
+        return self.label_flip_ratio == 0.0 and self.backdoor is None and self.delta_scale == 1.0
+
+    def scale_delta(self, delta: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The delta the participant sends: its real one times delta_scale (floating tensors)."""
+        if self.delta_scale == 1.0:
+            return delta
+        return {k: t * self.delta_scale if t.is_floating_point() else t for k, t in delta.items()}
+
+    def apply_to_dataset(self, ds: ArrayDataset, seed: int) -> ArrayDataset:
+        """The participant's data with label flipping applied (unchanged when label_flip_ratio is 0)."""
+        if self.label_flip_ratio == 0.0:
+            return ds
+        flipped = flip_labels(ds.y, self.label_flip_ratio, ds.num_classes, seed)
+        logger.info("flipped %d of %d labels", int(np.sum(flipped != ds.y)), len(ds))
+        return replace(ds, y=flipped)
+
+    def transform_batch(self, xb: Tensor, yb: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """A training batch after backdoor poisoning (unchanged when there is no backdoor)."""
+        if self.backdoor is None:
+            return xb, yb
+        return self.backdoor.poison_batch(xb, yb, generator)
+
+    def describe(self) -> str:
+        """The spec string parse_corruption reads back into this corruption."""
+        parts = []
+        if self.label_flip_ratio:
+            parts.append(f"flip:{self.label_flip_ratio:g}")
+        if self.backdoor is not None:
+            b, d = self.backdoor, PixelBackdoor()
+            opts = [
+                f"{key}={getattr(b, attr)}"
+                for key, attr in _BACKDOOR_OPTIONS.items()
+                if getattr(b, attr) != getattr(d, attr)
+            ]
+            parts.append("backdoor" + (":" + ",".join(opts) if opts else ""))
+        if self.delta_scale != 1.0:
+            parts.append(f"scale:{self.delta_scale:g}")
+        return "+".join(parts) or "none"
+
+
+_BACKDOOR_OPTIONS = {"target": "target_label", "per_batch": "per_batch", "batch_size": "batch_size"}
+
+
+def _parse_backdoor(options: str, spec: str) -> PixelBackdoor:
+    kwargs: dict[str, int] = {}
+    for item in filter(None, options.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in _BACKDOOR_OPTIONS:
+            raise ValueError(
+                f"bad backdoor option {item!r} in {spec!r}; use key=value with keys {list(_BACKDOOR_OPTIONS)}"
+            )
+        try:
+            kwargs[_BACKDOOR_OPTIONS[key.strip()]] = int(value)
+        except ValueError:
+            raise ValueError(
+                f"backdoor option {key.strip()!r} needs an integer, got {value!r} in {spec!r}"
+            ) from None
+    return PixelBackdoor(**kwargs)
+
+
+def parse_corruption(spec: str) -> Corruption:
+    """Read a CLI corruption spec: "none", "flip:0.1", "backdoor",
+    "backdoor:target=7[,per_batch=20,batch_size=64]", or several joined with "+" ("flip:0.2+backdoor")."""
+    text = spec.strip().lower()
+    if text in ("", "none", "clean"):
+        return Corruption()
+    ratio = 0.0
+    backdoor: PixelBackdoor | None = None
+    factor = 1.0
+    for part in text.split("+"):
+        kind, _, arg = part.strip().partition(":")
+        if kind == "flip":
+            try:
+                ratio = float(arg)
+            except ValueError:
+                raise ValueError(
+                    f"bad corruption {spec!r}: flip needs a ratio in [0, 1], e.g. flip:0.1"
+                ) from None
+            if not 0.0 <= ratio <= 1.0:
+                raise ValueError(f"bad corruption {spec!r}: flip ratio must lie in [0, 1]")
+        elif kind == "backdoor":
+            backdoor = _parse_backdoor(arg, spec)
+        elif kind == "scale":
+            try:
+                factor = float(arg)
+            except ValueError:
+                raise ValueError(f"bad corruption {spec!r}: scale needs a number, e.g. scale:1e6") from None
+            if not math.isfinite(factor):
+                raise ValueError(f"bad corruption {spec!r}: scale must be finite")
+        else:
+            raise ValueError(
+                f"unknown corruption {spec!r}; use none, flip:RATIO, backdoor, backdoor:target=LABEL "
+                "or scale:FACTOR"
+            )
+    return Corruption(label_flip_ratio=ratio, backdoor=backdoor, delta_scale=factor)

@@ -1,0 +1,96 @@
+"""Bounds on the L2 norm of participants' updates: clip or reject one that is far larger than the round's."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from fedsv.fl.updates import ClientUpdate
+
+POLICIES = ("clip", "reject", "none")
+
+
+@dataclass(frozen=True)
+class NormBound:
+    """How updates are bounded.
+
+    policy: "clip" scales an update down to the bound (a linear change, so the round's game keeps its
+        fast path), "reject" drops it from aggregation and valuation, "none" accepts any finite update.
+    bound: an absolute bound on the L2 norm of an update (over all its tensors); 0 means adaptive:
+        `multiple` times the median norm of the round's updates, which a minority of participants
+        cannot move.
+    """
+
+    policy: str = "clip"
+    bound: float = 0.0
+    multiple: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"update_norm_policy must be one of {list(POLICIES)}, got {self.policy!r}")
+        if not (math.isfinite(self.bound) and self.bound >= 0):
+            raise ValueError(f"update_norm_bound must be 0 (adaptive) or a positive number, got {self.bound}")
+        if not (math.isfinite(self.multiple) and self.multiple >= 1):
+            raise ValueError(f"update_norm_multiple must be a number >= 1, got {self.multiple}")
+
+
+@dataclass(frozen=True)
+class BoundedUpdates:
+    """A round's updates after the bound: those aggregated and valued, and what was done to others."""
+
+    updates: list[ClientUpdate]
+    bound: float
+    norms: dict[str, float]
+    clipped: list[str]
+    rejected: list[str]
+
+
+def update_norm(delta: Mapping[str, Tensor]) -> float:
+    """L2 norm of an update over all its floating-point tensors, accumulated in float64."""
+    norms = [
+        float(torch.linalg.vector_norm(t, dtype=torch.float64))
+        for t in delta.values()
+        if t.is_floating_point()
+    ]
+    return math.hypot(*norms)
+
+
+def round_bound(norms: Sequence[float], rule: NormBound) -> float:
+    """The bound for a round whose updates have these norms (inf when the policy is "none")."""
+    if rule.policy == "none":
+        return math.inf
+    if rule.bound > 0:
+        return rule.bound
+    ordered = sorted(norms)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
+    return rule.multiple * median if median > 0 else math.inf
+
+
+def bound_updates(updates: Sequence[ClientUpdate], rule: NormBound) -> BoundedUpdates:
+    """Apply `rule` to a round's updates; the result keeps the updates' order.
+
+    With "reject", at least the updates at or below the median norm remain under an adaptive bound;
+    an absolute bound may reject all, and the caller then has no update to aggregate.
+    """
+    norms = {u.participant: update_norm(u.delta) for u in updates}
+    bound = round_bound(list(norms.values()), rule)
+    kept: list[ClientUpdate] = []
+    clipped: list[str] = []
+    rejected: list[str] = []
+    for u in updates:
+        norm = norms[u.participant]
+        if norm <= bound:
+            kept.append(u)
+        elif rule.policy == "reject":
+            rejected.append(u.participant)
+        else:
+            scale = bound / norm
+            delta = {k: t * scale if t.is_floating_point() else t for k, t in u.delta.items()}
+            kept.append(replace(u, delta=delta))
+            clipped.append(u.participant)
+    return BoundedUpdates(kept, bound, norms, clipped, rejected)

@@ -1,0 +1,115 @@
+"""What the ledger records: a round (with its valuation status), its values, updates and traffic."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class RoundStatus(StrEnum):
+    """Where a committed round's valuation stands."""
+
+    PENDING = "pending"  # committed; the background valuation has its values still to do
+    VALUED = "valued"  # its values are in the ledger
+    NOT_VALUED = "not_valued"  # valuation off (utilities only) or nothing was aggregated
+
+
+@dataclass(frozen=True)
+class ValuationSummary:
+    """What a round's valuation adds to its record once done (see Ledger.commit_values)."""
+
+    utility_before: float
+    utility_after: float
+    method: str
+    evaluations: int
+    valuation_seconds: float
+    group_rationality_residual: float
+    valued_at: float
+    status: RoundStatus = RoundStatus.VALUED
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One completed round as recorded: who took part, utilities, timings and traffic totals."""
+
+    round: int
+    selected: list[str]
+    received: list[str]
+    stragglers: list[str]
+    utility_before: float
+    utility_after: float
+    test_accuracy: float
+    test_loss: float
+    status: RoundStatus  # pending, valued or not valued (valuation off, or nothing to value)
+    method: str  # the estimator that valued the round ("" while pending, "none" when not valued)
+    evaluations: int
+    valuation_seconds: float
+    round_seconds: float
+    train_wait_seconds: float
+    aggregation_seconds: float
+    evaluation_seconds: float
+    bytes_up: int
+    bytes_down: int
+    messages_up: int
+    messages_down: int
+    model_bytes: int  # size of one copy of the model on the wire (physical-minimum accounting)
+    group_rationality_residual: float
+    started_at: float
+    finished_at: float
+    local_train_seconds: float = 0.0  # slowest received participant's own training time (its report)
+    valued_at: float = math.nan  # when its values were committed; NaN while valuation is pending
+
+    @property
+    def pending(self) -> bool:
+        """Committed, its values not yet: the background valuation has this round still to do."""
+        return self.status is RoundStatus.PENDING
+
+    @property
+    def valuation_lag_seconds(self) -> float:
+        """Seconds from the round's commit to its values' commit (NaN while pending or not recorded)."""
+        return self.valued_at - self.finished_at
+
+    @property
+    def physical_minimum_bytes(self) -> int:
+        """One model copy down to every selected participant and one delta up from every received one."""
+        return self.model_bytes * (len(self.selected) + len(self.received))
+
+    @property
+    def bytes_ratio_to_minimum(self) -> float | None:
+        """(bytes up + down) / physical minimum; None when the minimum is zero."""
+        minimum = self.physical_minimum_bytes
+        return (self.bytes_up + self.bytes_down) / minimum if minimum > 0 else None
+
+
+@dataclass(frozen=True)
+class ValueRow:
+    """A participant's values in one round (normalized = this round's vector / its L2 norm)."""
+
+    round: int
+    participant: str
+    fedsv: float
+    loo: float
+    fedsv_normalized: float
+    loo_normalized: float
+
+
+@dataclass(frozen=True)
+class TrafficRow:
+    """Bytes and messages of one RPC in one direction ("up" = participant -> coordinator) in one round."""
+
+    round: int
+    rpc: str
+    direction: str
+    bytes: int
+    messages: int
+
+
+@dataclass(frozen=True)
+class UpdateRow:
+    """An update a round aggregated: the sample count its participant declared (its FedAvg weight)."""
+
+    round: int
+    participant: str
+    num_samples: int
+    train_seconds: float  # the participant's own report of its local training time

@@ -1,0 +1,99 @@
+"""The ledger's SQLite schema, its versions, and the migrations a coordinator applies to older files."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections.abc import Callable
+
+from fedsv.ledger.records import RoundRecord, RoundStatus
+
+SCHEMA_VERSION = 3
+"""Version 2 added the updates table (each aggregated update's sample count) and the rounds' valued_at
+(when a round's values were committed: valuation may run behind the rounds). Version 3 added the
+rounds' status (pending, valued, not_valued), which older files spell as the method "pending" or
+"none". A coordinator migrates an older file when it opens it (MIGRATIONS); a reader reads it as is
+(round_columns)."""
+
+STRICT = " STRICT" if sqlite3.sqlite_version_info >= (3, 37, 0) else ""
+ROUND_FIELDS = [(f.name, str(f.type)) for f in dataclasses.fields(RoundRecord)]
+_STATUSES = ", ".join(f"'{s.value}'" for s in RoundStatus)
+_STATUS_CHECK = f"CHECK (status IN ({_STATUSES}))"
+_SQL = {
+    "int": "INTEGER NOT NULL",
+    "float": "REAL",
+    "str": "TEXT NOT NULL",
+    "list[str]": "TEXT NOT NULL",
+    "RoundStatus": f"TEXT NOT NULL {_STATUS_CHECK}",
+}
+# STRICT tables enforce the types. REAL columns of rounds are nullable: NaN (a diverged loss) is NULL.
+_ROUND_COLUMNS = ", ".join(f"{n} {_SQL[k]}" for n, k in ROUND_FIELDS).replace(
+    "round INTEGER NOT NULL", "round INTEGER NOT NULL PRIMARY KEY CHECK (round >= 1)", 1
+)
+_UPDATES_TABLE = (
+    "CREATE TABLE updates (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
+    "num_samples INTEGER NOT NULL CHECK (num_samples >= 1), train_seconds REAL NOT NULL, "
+    f"PRIMARY KEY (round, participant)){STRICT}"
+)
+CREATE = [
+    f"CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL){STRICT}",
+    "CREATE TABLE run (id INTEGER PRIMARY KEY CHECK (id = 1), run_id TEXT NOT NULL, config TEXT NOT NULL, "
+    f"created_at REAL NOT NULL){STRICT}",
+    f"CREATE TABLE rounds ({_ROUND_COLUMNS}){STRICT}",
+    "CREATE TABLE round_values (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
+    "fedsv REAL NOT NULL, loo REAL NOT NULL, fedsv_normalized REAL NOT NULL, loo_normalized REAL NOT NULL, "
+    f"PRIMARY KEY (round, participant)){STRICT}",
+    "CREATE TABLE traffic (round INTEGER NOT NULL REFERENCES rounds(round), rpc TEXT NOT NULL, "
+    "direction TEXT NOT NULL CHECK (direction IN ('up', 'down')), bytes INTEGER NOT NULL, "
+    f"messages INTEGER NOT NULL, PRIMARY KEY (round, rpc, direction)){STRICT}",
+    # `extra` is unused: it stays, always '{}', so files of schema version 1 keep one layout.
+    "CREATE TABLE checkpoint (id INTEGER PRIMARY KEY CHECK (id = 1), round INTEGER NOT NULL REFERENCES "
+    f"rounds(round), global_params BLOB NOT NULL, rng_state TEXT NOT NULL, extra TEXT NOT NULL){STRICT}",
+    _UPDATES_TABLE,
+]
+
+_STATUS_OF_METHOD = (
+    f"CASE method WHEN 'pending' THEN '{RoundStatus.PENDING}' WHEN 'none' THEN '{RoundStatus.NOT_VALUED}' "
+    f"ELSE '{RoundStatus.VALUED}' END"
+)
+
+
+def _to_2(conn: sqlite3.Connection) -> None:
+    conn.execute(_UPDATES_TABLE)
+    conn.execute("ALTER TABLE rounds ADD COLUMN valued_at REAL")
+
+
+def _to_3(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        f"ALTER TABLE rounds ADD COLUMN status TEXT NOT NULL DEFAULT '{RoundStatus.VALUED}' {_STATUS_CHECK}"
+    )
+    conn.execute(f"UPDATE rounds SET status = {_STATUS_OF_METHOD}")
+    conn.execute("UPDATE rounds SET method = '' WHERE method = 'pending'")
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _to_2, 2: _to_3}
+"""version -> the step that brings a file of that version to the next."""
+
+
+def migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Bring a file of `version` to SCHEMA_VERSION, inside the caller's transaction."""
+    for step in range(version, SCHEMA_VERSION):
+        MIGRATIONS[step](conn)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+
+def round_columns(version: int) -> str:
+    """The SELECT list of RoundRecord's fields for a file of `version` (older files read as they are)."""
+    stand_ins = {}
+    if version < 2:
+        stand_ins["valued_at"] = "NULL"
+    if version < 3:
+        stand_ins["status"] = _STATUS_OF_METHOD
+        stand_ins["method"] = "CASE method WHEN 'pending' THEN '' ELSE method END"
+    return ", ".join(stand_ins.get(name, name) for name, _ in ROUND_FIELDS)
+
+
+def round_insert() -> str:
+    """INSERT of a RoundRecord's fields by name (a migrated file's columns are in another order)."""
+    names = [name for name, _ in ROUND_FIELDS]
+    return f"INSERT INTO rounds ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"

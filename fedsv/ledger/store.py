@@ -1,0 +1,295 @@
+"""The run's durable ledger: one SQLite file with every round, its values and traffic, and the checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from fedsv.ledger import schema
+from fedsv.ledger.checkpoint import Checkpoint
+from fedsv.ledger.checks import LedgerError, check_commit, check_updates, check_values
+from fedsv.ledger.records import RoundRecord, RoundStatus, TrafficRow, UpdateRow, ValuationSummary, ValueRow
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Ledger", "LedgerError"]
+
+# FULL: in WAL mode every COMMIT fsyncs the WAL, so a round already reported (metrics, progress) also
+# survives power loss; NORMAL survives only a process crash, and a re-run of a lost round could pay
+# differently (other stragglers). The cost, one fsync per round, is noise next to a round.
+SYNCHRONOUS = "FULL"
+
+
+class Ledger:
+    """One run's ledger at `path` in WAL mode: one writer thread; readers open their own read_only=True."""
+
+    def __init__(self, path: str | Path, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._empty = False
+        self._version = schema.SCHEMA_VERSION  # of the file: older ones are read as they are
+        if read_only and not self.path.is_file():
+            raise LedgerError(f"no ledger at {self.path}")
+        target = f"{self.path.resolve().as_uri()}?mode=ro" if read_only else str(self.path)
+        try:  # isolation_level=None: transactions are explicit (BEGIN ... COMMIT under _lock)
+            self._conn = sqlite3.connect(
+                target, uri=read_only, timeout=10.0, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from exc
+        try:
+            if read_only:
+                self._conn.execute("PRAGMA query_only = ON")
+            else:
+                mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise LedgerError(f"{self.path}: could not switch to WAL journal mode (got {mode})")
+                self._conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
+                self._conn.execute("PRAGMA foreign_keys = ON")
+            self._open_schema()
+        except (sqlite3.Error, LedgerError) as exc:
+            self._conn.close()
+            if isinstance(exc, LedgerError):
+                raise
+            raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from exc
+
+    def _open_schema(self) -> None:
+        """Check the schema version; create the schema in a new file, migrate an older one (a writer);
+        a reader sees an empty ledger in a file without a schema yet."""
+        with self._transaction(write=not self.read_only) as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            self._empty = not tables and self.read_only
+            if "meta" in tables:
+                row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                known = [str(v) for v in range(1, schema.SCHEMA_VERSION + 1)]
+                if row is None or row[0] not in known:
+                    found = row[0] if row else "?"
+                    raise LedgerError(f"{self.path}: schema {found}; this fedsv reads {', '.join(known)}")
+                self._version = int(row[0])
+                if self._version < schema.SCHEMA_VERSION and not self.read_only:
+                    schema.migrate(conn, self._version)
+                    logger.info("ledger %s: schema %d -> %d", self.path, self._version, schema.SCHEMA_VERSION)
+                    self._version = schema.SCHEMA_VERSION
+            elif tables:
+                raise LedgerError(f"{self.path}: not a fedsv ledger (tables {sorted(tables)})")
+            elif not self.read_only:
+                for statement in schema.CREATE:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(schema.SCHEMA_VERSION),))
+                logger.info("created ledger %s (schema %d)", self.path, schema.SCHEMA_VERSION)
+
+    @contextmanager
+    def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE (a write) or BEGIN (a consistent read) ... COMMIT; ROLLBACK on any exception."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise LedgerError(f"{self.path}: opened read-only")
+
+    def ensure_run(self, run_id: str, config: dict[str, Any]) -> None:
+        """Record the run on its first start; on a resume, refuse another run id or config."""
+        self._writable()
+        new = json.loads(json.dumps(config, sort_keys=True))
+        with self._transaction() as conn:
+            row = conn.execute("SELECT run_id, config FROM run WHERE id = 1").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO run VALUES (1, ?, ?, ?)", (run_id, json.dumps(new), time.time()))
+                logger.info("ledger %s: started run %s", self.path, run_id)
+                return
+            old, gone = json.loads(row[1]), "<absent>"
+            diff = [
+                f"{key} ({old.get(key, gone)!r} in the ledger, {new.get(key, gone)!r} now)"
+                for key in sorted(set(old) | set(new))
+                if old.get(key, gone) != new.get(key, gone)
+            ]
+            if diff or row[0] != run_id:
+                raise LedgerError(
+                    f"{self.path} holds run {row[0]}, not {run_id}; config keys that differ: "
+                    f"{'; '.join(diff) or 'none (only the run id)'}. Resume with the original settings "
+                    "or use a new state directory."
+                )
+        logger.info("ledger %s: resuming run %s", self.path, run_id)
+
+    def run_config(self) -> tuple[str, dict[str, Any]] | None:
+        """(run id, config) as first recorded; None before ensure_run."""
+        rows = self._query("SELECT run_id, config FROM run WHERE id = 1")
+        return (rows[0][0], json.loads(rows[0][1])) if rows else None
+
+    def commit_round(
+        self,
+        record: RoundRecord,
+        values: Sequence[ValueRow],
+        traffic: Sequence[TrafficRow],
+        checkpoint: Checkpoint,
+        updates: Sequence[UpdateRow] = (),
+    ) -> None:
+        """Write the round, its values and traffic and the checkpoint in ONE transaction: all or nothing.
+
+        Rounds are numbered 1, 2, ... without gaps; a round already recorded raises LedgerError and
+        changes nothing. Malformed rows raise LedgerError before anything is written.
+        """
+        self._writable()
+        check_commit(record, values, traffic, checkpoint)
+        check_updates(record, updates)
+        row = [
+            json.dumps(v) if isinstance(v, list) else None if isinstance(v, float) and math.isnan(v) else v
+            for v in (getattr(record, n) for n, _ in schema.ROUND_FIELDS)
+        ]
+        try:
+            with self._transaction() as conn:
+                last = conn.execute("SELECT coalesce(max(round), 0) FROM rounds").fetchone()[0]
+                if record.round <= last:
+                    raise LedgerError(f"round {record.round} already recorded (last round {last})")
+                if record.round != last + 1:
+                    raise LedgerError(f"round {record.round} does not follow the last recorded round {last}")
+                conn.execute(schema.round_insert(), row)
+                conn.executemany(
+                    "INSERT INTO round_values VALUES (?, ?, ?, ?, ?, ?)", map(dataclasses.astuple, values)
+                )
+                conn.executemany(
+                    "INSERT INTO traffic VALUES (?, ?, ?, ?, ?)", map(dataclasses.astuple, traffic)
+                )
+                conn.executemany("INSERT INTO updates VALUES (?, ?, ?, ?)", map(dataclasses.astuple, updates))
+                self._save_checkpoint(conn, checkpoint)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"round {record.round} not recorded: {exc}") from exc
+        logger.debug("ledger %s: committed round %d", self.path, record.round)
+
+    def _save_checkpoint(self, conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
+        """Replace the one checkpoint row: the last write of a round's transaction."""
+        conn.execute(
+            "INSERT OR REPLACE INTO checkpoint VALUES (1, ?, ?, ?, '{}')",
+            (checkpoint.round, checkpoint.global_params, checkpoint.rng_state),
+        )
+
+    def _query(self, sql: str) -> list[tuple[Any, ...]]:
+        if self._empty:  # a reader opened before the coordinator created the schema: look again
+            self._open_schema()
+            if self._empty:
+                return []
+        with self._transaction(write=False) as conn:
+            return conn.execute(sql).fetchall()
+
+    def last_checkpoint(self) -> Checkpoint | None:
+        rows = self._query("SELECT round, global_params, rng_state FROM checkpoint WHERE id = 1")
+        return Checkpoint(rows[0][0], bytes(rows[0][1]), rows[0][2]) if rows else None
+
+    def rounds(self) -> list[RoundRecord]:
+        return self._records("")
+
+    def round_record(self, number: int) -> RoundRecord:
+        """One round's record; LedgerError if the ledger has none."""
+        records = self._records(f"WHERE round = {int(number)}")
+        if not records:
+            raise LedgerError(f"{self.path}: no round {number}")
+        return records[0]
+
+    def _records(self, where: str) -> list[RoundRecord]:
+        out = []
+        for row in self._query(
+            f"SELECT {schema.round_columns(self._version)} FROM rounds {where} ORDER BY round"
+        ):
+            kw: dict[str, Any] = {
+                n: json.loads(v) if k == "list[str]" else (math.nan if v is None else v)
+                for (n, k), v in zip(schema.ROUND_FIELDS, row, strict=True)
+            }
+            kw["status"] = RoundStatus(kw["status"])
+            out.append(RoundRecord(**kw))
+        return out
+
+    def values(self) -> list[ValueRow]:
+        """Value rows by round; within a round in the order committed (the round's participant order)."""
+        return [ValueRow(*r) for r in self._query("SELECT * FROM round_values ORDER BY round, rowid")]
+
+    def commit_values(self, number: int, values: Sequence[ValueRow], summary: ValuationSummary) -> None:
+        """Record a pending round's values and its valuation fields, in one transaction.
+
+        Rounds are valued in order: the round must be the first one still pending. Value rows must
+        be of participants received in that round.
+        """
+        self._writable()
+        try:
+            with self._transaction() as conn:
+                pending = (RoundStatus.PENDING.value,)
+                first = conn.execute("SELECT min(round) FROM rounds WHERE status = ?", pending).fetchone()[0]
+                if first != number:
+                    raise LedgerError(f"round {number} is not the first round awaiting values ({first})")
+                (received,) = conn.execute(
+                    "SELECT received FROM rounds WHERE round = ?", (number,)
+                ).fetchone()
+                check_values(number, json.loads(received), values)
+                fields = dataclasses.asdict(summary)
+                assignments = ", ".join(f"{name} = ?" for name in fields)
+                conn.execute(
+                    f"UPDATE rounds SET {assignments} WHERE round = ?",
+                    [None if isinstance(v, float) and math.isnan(v) else v for v in fields.values()]
+                    + [number],
+                )
+                conn.executemany(
+                    "INSERT INTO round_values VALUES (?, ?, ?, ?, ?, ?)", map(dataclasses.astuple, values)
+                )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"values of round {number} not recorded: {exc}") from exc
+
+    def pending_rounds(self) -> list[int]:
+        """Rounds committed whose values are not yet (the background valuation's backlog), in order."""
+        status = "CASE method WHEN 'pending' THEN 'pending' END" if self._version < 3 else "status"
+        return [
+            r[0] for r in self._query(f"SELECT round FROM rounds WHERE {status} = 'pending' ORDER BY round")
+        ]
+
+    def updates(self) -> list[UpdateRow]:
+        """Every aggregated update's declared sample count, by round and participant."""
+        if self._version < 2:
+            return []
+        return [UpdateRow(*r) for r in self._query("SELECT * FROM updates ORDER BY round, participant")]
+
+    def traffic(self) -> list[TrafficRow]:
+        return [TrafficRow(*r) for r in self._query("SELECT * FROM traffic ORDER BY round, rpc, direction")]
+
+    def integrity_ok(self) -> bool:
+        """SQLite's integrity check, no orphan value/traffic rows, and the checkpoint is of the last round."""
+        orphans = "SELECT count(*) = 0 FROM {} WHERE round NOT IN (SELECT round FROM rounds)"
+        checks = {
+            "integrity_check": "PRAGMA integrity_check",
+            "orphan values": orphans.format("round_values"),
+            "orphan traffic": orphans.format("traffic"),
+            "checkpoint of the last round": "SELECT (SELECT max(round) FROM rounds) IS "
+            "(SELECT round FROM checkpoint WHERE id = 1)",
+        }
+        failed = [name for name, sql in checks.items() if self._query(sql) not in ([("ok",)], [(1,)], [])]
+        if failed:
+            logger.warning("ledger %s failed checks: %s", self.path, ", ".join(failed))
+        return not failed
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,79 @@
+"""The ledger's valuation view: a round's values as rows, and rows back as valuation's accounting."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedsv.ledger.records import RoundRecord, RoundStatus, ValuationSummary, ValueRow
+from fedsv.valuation import FederatedValuation, RoundValues
+from fedsv.valuation.rounds import normalized
+
+
+def status_of(values: RoundValues) -> RoundStatus:
+    """VALUED, or NOT_VALUED for the utilities-only values of a run with valuation off."""
+    return RoundStatus.NOT_VALUED if values.method == "none" else RoundStatus.VALUED
+
+
+def value_rows(values: RoundValues) -> list[ValueRow]:
+    """A round's values as ledger rows, with each vector's normalized form; none when valuation is off."""
+    if values.method == "none":  # valuation off: the round's utilities only
+        return []
+    fedsv_norm, loo_norm = normalized(values.fedsv), normalized(values.loo)
+    return [
+        ValueRow(
+            values.round,
+            pid,
+            float(values.fedsv[i]),
+            float(values.loo[i]),
+            float(fedsv_norm[i]),
+            float(loo_norm[i]),
+        )
+        for i, pid in enumerate(values.participants)
+    ]
+
+
+def valuation_summary(values: RoundValues, valued_at: float) -> ValuationSummary:
+    """The fields a round's record gains from its values."""
+    return ValuationSummary(
+        utility_before=values.utility_before,
+        utility_after=values.utility_after,
+        method=values.method,
+        evaluations=values.evaluations,
+        valuation_seconds=values.seconds,
+        group_rationality_residual=values.group_rationality_residual,
+        valued_at=valued_at,
+        status=status_of(values),
+    )
+
+
+def federated_valuation(records: Sequence[RoundRecord], rows: Sequence[ValueRow]) -> FederatedValuation:
+    """The per-round values the ledger holds, back as valuation's accounting (rounds valued "none": none).
+
+    A value row of a round the ledger has no record of is refused (ValueError): the two tables are
+    written in one transaction, so such a row means the file was altered.
+    """
+    record_of = {record.round: record for record in records}
+    by_round: dict[int, list[ValueRow]] = {}
+    for row in rows:
+        by_round.setdefault(row.round, []).append(row)
+    accounting = FederatedValuation()
+    for number, round_rows in sorted(by_round.items()):
+        record = record_of.get(number)
+        if record is None:
+            raise ValueError(f"the ledger holds values of round {number} but no record of that round")
+        accounting.add_round(
+            RoundValues(
+                round=number,
+                participants=[r.participant for r in round_rows],
+                fedsv=np.array([r.fedsv for r in round_rows], dtype=np.float64),
+                loo=np.array([r.loo for r in round_rows], dtype=np.float64),
+                utility_before=record.utility_before,
+                utility_after=record.utility_after,
+                method=record.method,
+                evaluations=record.evaluations,
+                seconds=record.valuation_seconds,
+            )
+        )
+    return accounting

@@ -1,0 +1,1 @@
+"""fedsv.security: TLS credentials, the run's certificates and tokens, safe logging of network input."""

@@ -1,0 +1,72 @@
+"""The valuation of one FL round from the updates it aggregated: its RoundGame, valued and recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from torch import Tensor, nn
+
+from fedsv.fl.aggregation import AggregationRule, ordered_updates
+from fedsv.fl.evaluation import EvalSet
+from fedsv.fl.updates import ClientUpdate
+from fedsv.valuation.api import Plan
+from fedsv.valuation.round_game import RoundGame
+from fedsv.valuation.round_inputs import Metric
+from fedsv.valuation.rounds import FederatedValuation, RoundValues
+from fedsv.valuation.spec import ValuationSpec
+
+
+@dataclass(frozen=True)
+class GameSettings:
+    """How a round's game computes: its validation metric, the torch device ("auto": CUDA when
+    present), the precision ("fp32", "tf32", "bf16"; see fedsv.valuation.RoundGame), and the
+    aggregation rule, which the coordinator applies to the round and the game to every coalition."""
+
+    metric: Metric = "accuracy"
+    device: str = "cpu"
+    precision: str = "fp32"
+    aggregation: AggregationRule = field(default_factory=AggregationRule)
+
+
+DEFAULT_GAME = GameSettings()
+
+
+def value_updates(
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    updates: Sequence[ClientUpdate],
+    validation: EvalSet,
+    number: int,
+    spec: ValuationSpec | None,
+    accounting: FederatedValuation,
+    game_settings: GameSettings = DEFAULT_GAME,
+    on_plan: Callable[[Plan], None] | None = None,
+) -> RoundValues:
+    """The round's values from w_t and its updates only (spec None: valuation off, utilities only).
+
+    The values are recorded in `accounting` unless valuation is off. Valuation needs no message beyond
+    the updates the round already received. on_plan: see fedsv.valuation.rounds.value_round.
+    """
+    ordered = ordered_updates(updates, number)
+    ids = [u.participant for u in ordered]
+    deltas = [u.delta for u in ordered]
+    counts = [u.num_samples for u in ordered]
+    game = RoundGame(
+        model,
+        params,
+        deltas,
+        counts,
+        validation.x,
+        validation.y,
+        metric=game_settings.metric,
+        aggregation=game_settings.aggregation,
+        device=game_settings.device,
+        precision=game_settings.precision,
+    )
+    if spec is None:  # valuation off: only U(empty) and U(all), the round's utilities
+        before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
+        zeros = np.zeros(len(ids))
+        return RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
+    return accounting.value_round(game, ids, number, spec, on_plan)

@@ -1,0 +1,1 @@
+"""fedsv.wire: what crosses the network: the tensor codec, size limits, generated gRPC code, call settings."""
