@@ -13,10 +13,11 @@ from fedsv.fl.update_bounds import POLICIES, NormBound
 from fedsv.task.interface import LoadedTask
 from fedsv.task.sources import SimulationSettings, run_task
 from fedsv.valuation import ValuationSpec
-from fedsv.valuation.spec import SHAPLEY_METHODS
+from fedsv.valuation.methods import METHODS
 from fedsv.wire.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES, MIN_CHUNK_BYTES
 
-VALUATION_METHODS = ("auto", *SHAPLEY_METHODS, "loo", "none")
+VALUATION_METHODS = (*(m for m in METHODS if m != "random"), "none")
+"""What a run may value with: any method but the random baseline (a study's reference), or none."""
 
 
 def require(ok: bool, name: str, rule: str, value: object) -> None:

@@ -2,6 +2,7 @@
 
 from fedsv.fl.aggregation import AggregationRule
 from fedsv.valuation.api import Plan, plan, shapley_values
+from fedsv.valuation.estimator import Estimator
 from fedsv.valuation.exact import ExactShapley
 from fedsv.valuation.game import CallableGame, Game
 from fedsv.valuation.group_testing import GroupTesting
@@ -19,6 +20,7 @@ from fedsv.valuation.svarm import StratifiedSVARM
 __all__ = [
     "AggregationRule",
     "CallableGame",
+    "Estimator",
     "ExactShapley",
     "FederatedValuation",
     "GTGShapley",

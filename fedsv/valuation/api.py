@@ -7,43 +7,21 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from fedsv.valuation.border import border_rows
 from fedsv.valuation.budget import minimum_budget
-from fedsv.valuation.exact import ExactShapley
+from fedsv.valuation.estimator import Estimator
 from fedsv.valuation.game import Game, as_game
-from fedsv.valuation.group_testing import GroupTesting, group_testing_budget
-from fedsv.valuation.gtg import GTGShapley
-from fedsv.valuation.kernel_shap import KernelSHAP, LeverageSHAP
-from fedsv.valuation.loo import LeaveOneOut, RandomValues
-from fedsv.valuation.permutation import PermutationSampling, permutation_budget
-from fedsv.valuation.regression import RegressionMSR
+from fedsv.valuation.methods import REGISTRY, SAMPLING_METHODS
+from fedsv.valuation.permutation import permutation_budget
 from fedsv.valuation.result import ValuationResult
-from fedsv.valuation.spec import SAMPLING_METHODS, ValuationSpec
-from fedsv.valuation.svarm import StratifiedSVARM
+from fedsv.valuation.spec import ValuationSpec
 
 logger = logging.getLogger(__name__)
 
 AUTO_SAMPLER = "regression"
 """What "auto" samples with when exact does not fit: the most accurate method per evaluation in
 benchmarks/bench_estimators.py (docs/performance.md has the table)."""
-
-
-class Estimator(Protocol):
-    """Anything with run(game) -> ValuationResult."""
-
-    def run(self, game: Game) -> ValuationResult: ...
-
-
-SAMPLERS: dict[str, Callable[[int, int], Estimator]] = {
-    "regression": lambda budget, seed: RegressionMSR(budget, seed=seed),
-    "svarm": lambda budget, seed: StratifiedSVARM(budget, seed=seed),
-    "kernelshap": lambda budget, seed: KernelSHAP(budget, seed=seed),
-    "leverage": lambda budget, seed: LeverageSHAP(budget, seed=seed),
-    "gtg": lambda budget, seed: GTGShapley(budget, seed=seed),
-}
-"""The sampling estimators that take nothing but a budget and a seed: factory(budget, seed)."""
 
 
 @dataclass(frozen=True)
@@ -118,14 +96,7 @@ def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: floa
     if method == "auto":
         fits = m <= spec.max_exact_players and 2**m <= budget
         method = "exact" if fits else AUTO_SAMPLER
-    evaluations = 2**m if method == "exact" else budget
-    if spec.budget is None and spec.budget_seconds is None and method == "group_testing":
-        # without a budget, group testing draws its own Bernstein count of tests (one coalition each)
-        evaluations = min(2**m, 2 + group_testing_budget(m, spec.eps, spec.delta, spec.utility_range))
-    if method == "loo":
-        evaluations = min(2**m, m + 2)
-    elif method == "random":
-        evaluations = 0
+    evaluations = REGISTRY[method].planned_evaluations(m, budget, spec.settings())
     return Plan(m, spec.method, method, evaluations, seconds_per_evaluation)
 
 
@@ -167,22 +138,7 @@ def plan_game(game: Game, spec: ValuationSpec) -> Plan:
 
 def make_estimator(chosen: Plan, spec: ValuationSpec) -> Estimator:
     """The estimator object that carries out `chosen`."""
-    method, budget = chosen.method, chosen.evaluations
-    if method == "exact":
-        return ExactShapley(spec.max_exact_players)
-    if method in SAMPLERS:
-        return SAMPLERS[method](budget, spec.seed)
-    explicit = spec.budget is not None or spec.budget_seconds is not None
-    if method == "permutation":
-        cap = budget if explicit else None
-        return PermutationSampling(spec.eps, spec.delta, spec.utility_range, seed=spec.seed, budget=cap)
-    if method == "group_testing":
-        cap = budget if explicit else None
-        return GroupTesting(spec.eps, spec.delta, spec.utility_range, seed=spec.seed, budget=cap)
-    if method == "loo":
-        return LeaveOneOut()
-    assert method == "random", method
-    return RandomValues(spec.seed)
+    return REGISTRY[chosen.method].configured(chosen.evaluations, spec.settings())
 
 
 def run_spec(game: Game, spec: ValuationSpec) -> ValuationResult:

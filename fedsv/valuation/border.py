@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import combinations
 from math import comb
 
 import numpy as np
 
-from fedsv.valuation.game import BoolMatrix
+from fedsv.valuation.budget import EvaluationBudget
+from fedsv.valuation.game import BoolMatrix, FloatArray
 
 BORDER_SHARE = 0.5
 """At most this share of an estimator's budget goes to whole border strata; the rest is sampled."""
@@ -53,3 +55,25 @@ def border_rows(m: int, sizes: list[int]) -> BoolMatrix:
 def interior_sizes(m: int, border: list[int]) -> list[int]:
     """The sizes not covered by `border`: the strata an estimator samples."""
     return [s for s in range(m + 1) if s not in set(border)]
+
+
+@dataclass(frozen=True)
+class Border:
+    """The border coalitions (every coalition of `sizes`), evaluated exactly, and U(empty), U(all)."""
+
+    sizes: list[int]
+    rows: BoolMatrix
+    utilities: FloatArray
+    empty: float
+    grand: float
+
+
+def evaluate_border(budget: EvaluationBudget) -> Border:
+    """Evaluate every coalition of the border sizes for the budget's limit (border_sizes)."""
+    m = budget.game.m
+    sizes = border_sizes(m, budget.limit)
+    rows = border_rows(m, sizes)
+    utilities = budget.utilities(rows)
+    sized = rows.sum(axis=1)
+    empty, grand = float(utilities[sized == 0][0]), float(utilities[sized == m][0])
+    return Border(sizes, rows, utilities, empty, grand)

@@ -23,7 +23,23 @@ from fedsv.valuation.game import FloatArray, Game
 from fedsv.valuation.result import ValuationResult
 
 ESTIMATORS: dict[str, type[Estimator]] = {}
-"""Method name -> estimator class, in the order the classes were defined (exact first)."""
+"""Method name -> estimator class, as defined (fedsv.valuation.methods lists them in order)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a planned estimator is configured with besides its evaluations (ValuationSpec.settings()).
+
+    capped: the evaluations are an explicit budget (a number or a time), which also caps the samplers
+    that otherwise size themselves by their (eps, delta) bound (permutation, group testing).
+    """
+
+    seed: int = 0
+    eps: float = 0.05
+    delta: float = 0.05
+    utility_range: float = 1.0
+    max_exact_players: int = 20
+    capped: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,16 @@ class Estimator(ABC):
             if cls.method in ESTIMATORS:
                 raise TypeError(f"two estimators are named {cls.method!r}")
             ESTIMATORS[cls.method] = cls
+
+    @classmethod
+    def configured(cls, evaluations: int, settings: Settings) -> Estimator:
+        """The estimator that carries out a plan of `evaluations` distinct evaluations."""
+        return cls()
+
+    @classmethod
+    def planned_evaluations(cls, m: int, budget: int, settings: Settings) -> int:
+        """The distinct evaluations a plan allots this method on m players, given the spec's budget."""
+        return budget
 
     def run(self, game: Game) -> ValuationResult:
         """The values of `game`'s players and what they cost (distinct coalitions evaluated)."""
@@ -90,9 +116,15 @@ class BudgetedEstimator(Estimator):
     def __init__(self, budget: int, seed: int = 0) -> None:
         checked = check_budget(budget)
         if checked is None:
-            raise ValueError(f"{self.method} needs a budget of distinct utility evaluations (an integer >= 2)")
+            raise ValueError(
+                f"{self.method} needs a budget of distinct utility evaluations (an integer >= 2)"
+            )
         self.budget = checked
         self.seed = int(seed)
+
+    @classmethod
+    def configured(cls, evaluations: int, settings: Settings) -> Estimator:
+        return cls(evaluations, seed=settings.seed)
 
     def rng(self) -> np.random.Generator:
         return np.random.default_rng(self.seed)

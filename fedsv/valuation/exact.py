@@ -8,8 +8,8 @@ from math import factorial
 
 import numpy as np
 
+from fedsv.valuation.estimator import Estimator, Outcome, Settings
 from fedsv.valuation.game import BoolMatrix, FloatArray, Game, members_of
-from fedsv.valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def shapley_from_dense(table: FloatArray) -> FloatArray:
     return np.array([float(both.reshape(-1, 2, 2**i)[:, 1, :].sum()) - common for i in range(m)])
 
 
-class ExactShapley:
+class ExactShapley(Estimator):
     """Exact Shapley values: utilities of all 2^m coalitions in bitmask order, ENUMERATION_CHUNK per call."""
 
     method = "exact"
@@ -93,6 +93,14 @@ class ExactShapley:
             raise ValueError(f"max_players must be in 1..{HARD_MAX_PLAYERS}, got {max_players}")
         self.max_players = int(max_players)
 
+    @classmethod
+    def configured(cls, evaluations: int, settings: Settings) -> Estimator:
+        return cls(settings.max_exact_players)
+
+    @classmethod
+    def planned_evaluations(cls, m: int, budget: int, settings: Settings) -> int:
+        return 2**m
+
     def check(self, m: int) -> None:
         """Raise ValueError if a game of m players is too large to enumerate."""
         if m > self.max_players:
@@ -101,24 +109,17 @@ class ExactShapley:
                 "use permutation or group_testing"
             )
 
-    def run(self, game: Game) -> ValuationResult:
+    def single_player(self, game: Game) -> Outcome:
+        return self.estimate(game)
+
+    def estimate(self, game: Game) -> Outcome:
         m = game.m
         self.check(m)
-        before = game.evaluations
         game.use_dense_table()
         total = 2**m
         for start in range(0, total, ENUMERATION_CHUNK):
             game.utilities(members_of(np.arange(start, min(total, start + ENUMERATION_CHUNK)), m))
         table = game.dense_table()
         assert table is not None, "use_dense_table() gives the game a table"
-        values = shapley_from_dense(table)
-        empty, grand = float(table[0]), float(table[-1])
         logger.debug("exact Shapley over %d coalitions of %d players", total, m)
-        return ValuationResult(
-            values=values,
-            evaluations=game.evaluations - before,
-            method=self.method,
-            stderr=None,
-            utility_empty=empty,
-            utility_grand=grand,
-        )
+        return Outcome(shapley_from_dense(table), None, float(table[0]), float(table[-1]))

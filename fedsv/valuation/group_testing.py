@@ -8,18 +8,15 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.budget import EvaluationBudget, check_budget
-from fedsv.valuation.game import Game
-from fedsv.valuation.permutation import (
+from fedsv.valuation.estimator import Settings
+from fedsv.valuation.monte_carlo import (
     BUDGETED_BATCH,
-    MAX_BUDGETED_SAMPLES,
     STALL_BATCHES,
+    Draws,
+    MonteCarloEstimator,
     RunningMoments,
     check_accuracy,
-    check_count,
-    single_player_result,
 )
-from fedsv.valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
 
@@ -71,71 +68,41 @@ def draw_tests(
     return sizes, ranks < sizes[:, None]
 
 
-class GroupTesting:
+class GroupTesting(MonteCarloEstimator):
     """Shapley values from group tests: unbiased pairwise differences plus the efficiency constraint.
 
     s_i = (U(N) - U(empty))/m + Z/(m T) sum_t B_t (m beta_ti - k_t), exactly efficient by construction.
 
-    How many tests: without `budget`, `tests` if given, else the Bernstein count group_testing_budget()
-    for the (eps, delta) target. With `budget` (distinct evaluations, including U(empty) and U(all)),
-    tests are drawn in batches and admitted in order while their new distinct coalitions fit the
-    budget (EvaluationBudget.fit), so `result.evaluations <= budget` always; sampling stops at the first
-    test that does not fit, after `tests` (if given, else MAX_BUDGETED_SAMPLES) tests, or after
-    STALL_BATCHES batches in a row without a new coalition. With no test at all every player gets
-    (U(N) - U(empty)) / m.
+    How many tests: without `budget`, `count` if given, else the Bernstein count group_testing_budget()
+    for the (eps, delta) target; with `budget`, as MonteCarloEstimator says. With no test at all every
+    player gets (U(N) - U(empty)) / m.
     """
 
     method = "group_testing"
+    sample_name = "tests"
 
-    def __init__(
-        self,
-        eps: float = 0.05,
-        delta: float = 0.05,
-        utility_range: float = 1.0,
-        tests: int | None = None,
-        seed: int = 0,
-        *,
-        budget: int | None = None,
-    ) -> None:
-        check_accuracy(eps, delta, utility_range)
-        self.eps, self.delta, self.utility_range = float(eps), float(delta), float(utility_range)
-        self.tests = check_count(tests, "tests")
-        self.budget = check_budget(budget)
-        self.seed = seed
+    @classmethod
+    def planned_evaluations(cls, m: int, budget: int, settings: Settings) -> int:
+        if settings.capped:
+            return budget
+        # without a budget, group testing draws its own Bernstein count of tests (one coalition each)
+        return min(2**m, 2 + group_testing_budget(m, settings.eps, settings.delta, settings.utility_range))
 
-    def tests_count(self, m: int) -> int:
-        """Tests drawn for a game of m players without a budget (with one: the most drawn)."""
-        if m == 1:
-            return 0
-        if self.tests is not None:
-            return self.tests
-        if self.budget is not None:
-            return MAX_BUDGETED_SAMPLES
+    def count_for(self, m: int) -> int:
         return group_testing_budget(m, self.eps, self.delta, self.utility_range)
 
-    def run(self, game: Game) -> ValuationResult:
+    def sample(self, draws: Draws) -> None:
+        game, budget, stats, empty = draws.game, draws.budget, draws.stats, draws.empty
         m = game.m
-        before = game.evaluations
-        budget = None if self.budget is None else EvaluationBudget(game, self.budget)
-        ends = np.zeros((2, m), dtype=bool)
-        ends[1] = True
-        empty, grand = (game.utilities(ends) if budget is None else budget.utilities(ends)).tolist()
-        extra = {"eps": self.eps, "delta": self.delta, "utility_range": self.utility_range}
-        if self.budget is not None:
-            extra["budget"] = self.budget
-        if m == 1:
-            return single_player_result(game, self.method, before, extra)
         z = harmonic_z(m)
-        rng = np.random.default_rng(self.seed)
-        stats = RunningMoments(m)
-        total = self.tests_count(m)
+        total = self.sample_count(m)
         per_batch = max(1, _MAX_BATCH_CELLS // m)
         stalled = 0
         while stats.count < total and stalled < STALL_BATCHES:
             count = min(per_batch, total - stats.count)
             if budget is not None:
                 count = min(count, max(BUDGETED_BATCH, budget.remaining))
-            sizes, members = draw_tests(m, count, rng)
+            sizes, members = draw_tests(m, count, draws.rng)
             used = game.evaluations
             fits = count if budget is None else budget.fit(members)
             if fits:
@@ -148,15 +115,9 @@ class GroupTesting:
                 break  # the next test's coalition overruns the budget
             if budget is not None:
                 stalled = stalled + 1 if game.evaluations == used else 0
-        values = (grand - empty) / m + stats.mean
         logger.debug("group testing: %d tests of %d players", stats.count, m)
-        return ValuationResult(
-            values=values,
-            evaluations=game.evaluations - before,
-            method=self.method,
-            stderr=stats.stderr(),
-            utility_empty=empty,
-            utility_grand=grand,
-            samples=stats.count,
-            extra=extra,
-        )
+
+    def values(
+        self, stats: RunningMoments, empty: float, grand: float
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        return (grand - empty) / stats.mean.shape[0] + stats.mean, stats.stderr()

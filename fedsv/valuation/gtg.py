@@ -23,15 +23,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.budget import EvaluationBudget, check_budget
+from fedsv.valuation.budget import EvaluationBudget
+from fedsv.valuation.estimator import BudgetedEstimator, Outcome, ends
 from fedsv.valuation.game import Game
-from fedsv.valuation.permutation import (
-    MAX_BUDGETED_SAMPLES,
-    STALL_BATCHES,
-    RunningMoments,
-    balanced_permutations,
-)
-from fedsv.valuation.result import ValuationResult
+from fedsv.valuation.monte_carlo import MAX_BUDGETED_SAMPLES, STALL_BATCHES, RunningMoments
+from fedsv.valuation.permutation import balanced_permutations
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +54,7 @@ def _check_tolerance(value: float, what: str) -> float:
     return float(value)
 
 
-class GTGShapley:
+class GTGShapley(BudgetedEstimator):
     """GTG-Shapley values within a hard budget of distinct utility evaluations.
 
     budget: distinct evaluations this run may cause (U(empty) and U(N) included); an integer >= 2.
@@ -107,11 +103,7 @@ class GTGShapley:
         last_k: int = LAST_K,
         min_permutations: int = MIN_PERMUTATIONS,
     ) -> None:
-        checked = check_budget(budget)
-        if checked is None:
-            raise ValueError("GTG-Shapley needs a budget of distinct utility evaluations (an integer >= 2)")
-        self.budget = checked
-        self.seed = seed
+        super().__init__(budget, seed)
         self.within_tolerance = _check_tolerance(within_tolerance, "within_tolerance")
         self.between_tolerance = _check_tolerance(between_tolerance, "between_tolerance")
         self.convergence = _check_tolerance(convergence, "convergence")
@@ -126,13 +118,13 @@ class GTGShapley:
         self.last_k = last_k
         self.min_permutations = min_permutations
 
-    def run(self, game: Game) -> ValuationResult:
+    def single_player(self, game: Game) -> Outcome:
+        return self.estimate(game)  # the round's truncation applies to one player too
+
+    def estimate(self, game: Game) -> Outcome:
         m = game.m
-        before = game.evaluations
         budget = EvaluationBudget(game, self.budget)
-        ends = np.zeros((2, m), dtype=bool)
-        ends[1] = True
-        empty, grand = (float(u) for u in budget.utilities(ends))
+        empty, grand = ends(game, budget)
         extra: dict[str, Any] = {
             "truncated": False,
             "tolerances": {"within": self.within_tolerance, "between": self.between_tolerance},
@@ -140,19 +132,8 @@ class GTGShapley:
             "budget": self.budget,
         }
 
-        def result(
-            values: npt.NDArray[np.float64], stderr: npt.NDArray[np.float64], samples: int
-        ) -> ValuationResult:
-            return ValuationResult(
-                values=values,
-                evaluations=game.evaluations - before,
-                method=self.method,
-                stderr=stderr,
-                utility_empty=empty,
-                utility_grand=grand,
-                samples=samples,
-                extra=extra,
-            )
+        def result(values: npt.NDArray[np.float64], stderr: npt.NDArray[np.float64], samples: int) -> Outcome:
+            return Outcome(values, stderr, empty, grand, samples, extra)
 
         if abs(grand - empty) <= self.between_tolerance:
             extra.update(truncated=True, converged=True, budget_exhausted=False, skipped_prefixes=0)
@@ -162,7 +143,7 @@ class GTGShapley:
             extra.update(converged=True, budget_exhausted=False, skipped_prefixes=0)
             return result(np.array([grand - empty]), np.zeros(1), 0)
 
-        rng = np.random.default_rng(self.seed)
+        rng = self.rng()
         stats = RunningMoments(m)
         total = np.zeros(m)
         recent: deque[npt.NDArray[np.float64]] = deque(maxlen=self.last_k)

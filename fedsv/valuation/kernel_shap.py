@@ -9,11 +9,10 @@ from math import comb
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.border import border_rows, border_sizes, interior_sizes
-from fedsv.valuation.budget import EvaluationBudget, check_budget, require_border
-from fedsv.valuation.game import BoolMatrix, FloatArray, Game
-from fedsv.valuation.permutation import single_player_result
-from fedsv.valuation.result import ValuationResult
+from fedsv.valuation.border import Border, interior_sizes
+from fedsv.valuation.budget import EvaluationBudget
+from fedsv.valuation.estimator import Outcome, StratifiedEstimator
+from fedsv.valuation.game import BoolMatrix, FloatArray
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +159,7 @@ def _pair_count(m: int, j: int) -> int:
     return comb(m, j) if 2 * j < m else comb(m, j) // 2
 
 
-class _PairedRegression:
+class _PairedRegression(StratifiedEstimator):
     """Border strata exactly, interior strata sampled in pairs, one constrained weighted least squares.
 
     Every coalition of an exactly evaluated size s weighs its Shapley kernel weight
@@ -169,33 +168,18 @@ class _PairedRegression:
     kernel weight T(s) = (m-1)/(s(m-s)) equally (a stratum left without samples gives its weight to
     the sampled ones pro rata; one drawn in full is exact). Standard errors: delete-a-group jackknife
     over JACKKNIFE_GROUPS disjoint groups of sampled pairs (dealt round robin stratum by stratum), the
-    exact strata held fixed, times the finite-population correction sqrt(1 - sampled share).
+    exact strata held fixed, times the finite-population correction sqrt(1 - sampled share). The fit
+    is efficient by construction (the constraint), so the base class's efficiency shift is no shift.
     """
-
-    method = ""
-
-    def __init__(self, budget: int, seed: int = 0) -> None:
-        checked = check_budget(budget)
-        if checked is None:
-            raise ValueError(f"{self.method}: budget must be given")
-        self.budget = checked
-        self.seed = int(seed)
 
     def _sample(self, ev: EvaluationBudget, rng: np.random.Generator, interior: list[int]) -> Sample:
         raise NotImplementedError
 
-    def run(self, game: Game) -> ValuationResult:
-        m, before = game.m, game.evaluations
-        if m == 1:
-            return single_player_result(game, self.method, before, {})
-        require_border(self.budget, m, self.method)
-        ev = EvaluationBudget(game, self.budget)
-        sizes = border_sizes(m, self.budget)
-        border = border_rows(m, sizes)
-        border_u = ev.utilities(border)
-        empty, grand = float(border_u[0]), float(border_u[-1])
-        interior = interior_sizes(m, sizes)
-        rows, utilities, draws = self._sample(ev, np.random.default_rng(self.seed), interior)
+    def from_border(self, budget: EvaluationBudget, border: Border) -> Outcome:
+        m = budget.game.m
+        empty, grand = border.empty, border.grand
+        interior = interior_sizes(m, border.sizes)
+        rows, utilities, draws = self._sample(budget, self.rng(), interior)
         rows, utilities = distinct_pairs(rows, utilities)
         size = rows.sum(axis=1)
         small = np.minimum(size, m - size)[0::2]
@@ -210,14 +194,16 @@ class _PairedRegression:
         groups[np.argsort(drawn, kind="stable")] = np.arange(drawn.shape[0]) % k
         totals = total_kernel_weights(m)
         totals[[t for t in range(m + 1) if min(t, m - t) not in sampled]] = 0.0
-        known = np.concatenate([border, rows[fixed]]), np.concatenate([border_u, utilities[fixed]]) - empty
+        known = (
+            np.concatenate([border.rows, rows[fixed]]),
+            np.concatenate([border.utilities, utilities[fixed]]) - empty,
+        )
         guess = (rows[~fixed], utilities[~fixed] - empty)
         values, stderr = regression(known, guess, np.repeat(groups, 2), totals, grand - empty)
         logger.debug("%s: %d distinct sampled pairs of %d players", self.method, rows.shape[0] // 2, m)
         exact_sizes, used = sorted({*exact, *(m - j for j in exact)}), k if drawn.shape[0] >= 2 else 0
-        extra = dict(border_sizes=sizes, exact_sizes=exact_sizes, jackknife_groups=used, draws=2 * draws)
-        stderr, n = stderr * np.sqrt(1.0 - fraction), int(rows.shape[0])
-        return ValuationResult(values, game.evaluations - before, self.method, stderr, empty, grand, n, extra)
+        extra = {"exact_sizes": exact_sizes, "jackknife_groups": used, "draws": 2 * draws}
+        return Outcome(values, stderr * np.sqrt(1.0 - fraction), samples=int(rows.shape[0]), extra=extra)
 
 
 class KernelSHAP(_PairedRegression):

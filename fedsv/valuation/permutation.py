@@ -9,46 +9,21 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.budget import EvaluationBudget, check_budget
+from fedsv.valuation.budget import EvaluationBudget
 from fedsv.valuation.game import BoolMatrix, Game
-from fedsv.valuation.result import ValuationResult
+from fedsv.valuation.monte_carlo import (
+    BUDGETED_BATCH,
+    STALL_BATCHES,
+    Draws,
+    MonteCarloEstimator,
+    RunningMoments,
+    check_accuracy,
+)
 
 logger = logging.getLogger(__name__)
 
 _MAX_BATCH_CELLS = 2**26
 """Membership cells (rows * m) built and evaluated per batch; larger plans are split into a few batches."""
-
-MAX_BUDGETED_SAMPLES = 100_000
-"""With an evaluation budget, at most this many permutations (or group tests) are drawn. Samples whose
-coalitions are all cached cost no evaluation, so without a cap a budget >= 2^m would never run out."""
-
-STALL_BATCHES = 50
-"""With an evaluation budget, sampling also stops after this many consecutive batches (each at least
-BUDGETED_BATCH samples) that evaluated no new coalition: the game is then cached wherever sampling goes,
-and more samples only refine the average of known utilities (at least 12,800 of them were already free)."""
-
-BUDGETED_BATCH = 256
-"""With an evaluation budget, the fewest samples drawn per batch (more when the remaining budget could
-pay for more): only the leading ones that fit are used, so the batch size changes speed, not results."""
-
-
-def check_accuracy(eps: float, delta: float, utility_range: float) -> None:
-    """Validate an (eps, delta)-approximation target and the utility range r."""
-    if not (math.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be a positive finite number, got {eps}")
-    if not (math.isfinite(delta) and 0 < delta < 1):
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
-    if not (math.isfinite(utility_range) and utility_range > 0):
-        raise ValueError(f"utility_range must be a positive finite number, got {utility_range}")
-
-
-def check_count(value: int | None, what: str) -> int | None:
-    """Validate an explicit sample count (None means: use the budget)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{what} must be a positive integer or None, got {value!r}")
-    return int(value)
 
 
 def permutation_budget(m: int, eps: float, delta: float, utility_range: float = 1.0) -> int:
@@ -110,49 +85,7 @@ def round_up(value: int, step: int) -> int:
     return -(-value // step) * step
 
 
-def single_player_result(game: Game, method: str, before: int, extra: dict[str, float]) -> ValuationResult:
-    """A one-player game needs no sampling: the value is U({0}) - U(empty), known exactly."""
-    empty, grand = game.empty_and_grand()
-    return ValuationResult(
-        values=np.array([grand - empty]),
-        evaluations=game.evaluations - before,
-        method=method,
-        stderr=np.zeros(1),
-        utility_empty=empty,
-        utility_grand=grand,
-        samples=0,
-        extra=extra,
-    )
-
-
-class RunningMoments:
-    """Per-column mean and sum of squared deviations over batches of rows (Chan et al. merge)."""
-
-    def __init__(self, m: int) -> None:
-        self.count = 0
-        self.mean = np.zeros(m)
-        self.m2 = np.zeros(m)
-
-    def add(self, rows: npt.NDArray[np.float64]) -> None:
-        n = rows.shape[0]
-        if n == 0:
-            return
-        batch_mean = rows.mean(axis=0)
-        batch_m2 = ((rows - batch_mean) ** 2).sum(axis=0)
-        total = self.count + n
-        shift = batch_mean - self.mean
-        self.mean = self.mean + shift * (n / total)
-        self.m2 = self.m2 + batch_m2 + shift**2 * (self.count * n / total)
-        self.count = total
-
-    def stderr(self) -> npt.NDArray[np.float64]:
-        """Sample standard deviation / sqrt(count); NaN with fewer than two rows."""
-        if self.count < 2:
-            return np.full(self.mean.shape, np.nan)
-        return np.asarray(np.sqrt(self.m2 / (self.count - 1) / self.count), dtype=np.float64)
-
-
-class PermutationSampling:
+class PermutationSampling(MonteCarloEstimator):
     """Monte-Carlo Shapley values from random permutations (Algorithm 2, corrected).
 
     Every permutation starts from U(empty), and the marginal of the i-th prefix is credited to the
@@ -161,79 +94,41 @@ class PermutationSampling:
     distinct evaluations never exceed 2^m.
 
     How many permutations:
-    - without `budget`: `permutations` if given, else the Hoeffding count permutation_budget() for
+    - without `budget`: `count` permutations if given, else the Hoeffding count permutation_budget() for
       the (eps, delta) target.
     - with `budget` (distinct evaluations, including U(empty) and U(all)): permutations are drawn in
       batches and admitted whole, in order, while their prefixes' new distinct coalitions fit the
       budget (EvaluationBudget.fit_groups), so `result.evaluations <= budget` always; sampling stops
-      at the first permutation that does not fit, after `permutations` (if given, else
+      at the first permutation that does not fit, after `count` (if given, else
       MAX_BUDGETED_SAMPLES) permutations, or after STALL_BATCHES batches in a row without a new
       coalition. If not even one permutation fits, every player gets (U(all) - U(empty)) / m with a
       NaN standard error and `samples == 0`.
     """
 
     method = "permutation"
+    sample_name = "permutations"
 
-    def __init__(
-        self,
-        eps: float = 0.05,
-        delta: float = 0.05,
-        utility_range: float = 1.0,
-        permutations: int | None = None,
-        seed: int = 0,
-        *,
-        budget: int | None = None,
-    ) -> None:
-        check_accuracy(eps, delta, utility_range)
-        self.eps, self.delta, self.utility_range = float(eps), float(delta), float(utility_range)
-        self.permutations = check_count(permutations, "permutations")
-        self.budget = check_budget(budget)
-        self.seed = seed
-
-    def permutation_count(self, m: int) -> int:
-        """Permutations drawn for a game of m players without a budget (with one: the most drawn)."""
-        if self.permutations is not None:
-            return self.permutations
-        if self.budget is not None:
-            return MAX_BUDGETED_SAMPLES
+    def count_for(self, m: int) -> int:
         return permutation_budget(m, self.eps, self.delta, self.utility_range)
 
-    def run(self, game: Game) -> ValuationResult:
-        m = game.m
-        before = game.evaluations
-        budget = None if self.budget is None else EvaluationBudget(game, self.budget)
-        ends = np.zeros((2, m), dtype=bool)
-        ends[1] = True
-        empty, grand = (game.utilities(ends) if budget is None else budget.utilities(ends)).tolist()
-        extra = {"eps": self.eps, "delta": self.delta, "utility_range": self.utility_range}
-        if self.budget is not None:
-            extra["budget"] = self.budget
-        if m == 1:
-            return single_player_result(game, self.method, before, extra)
-        rng = np.random.default_rng(self.seed)
-        stats = RunningMoments(m)
-        if budget is None:
-            self._run_counted(game, self.permutation_count(m), rng, stats, empty)
+    def sample(self, draws: Draws) -> None:
+        limit = self.sample_count(draws.game.m)
+        if draws.budget is None:
+            self._run_counted(draws.game, limit, draws.rng, draws.stats, draws.empty)
         else:
-            self._run_budgeted(budget, self.permutation_count(m), rng, stats, empty)
-        if stats.count:
-            values, stderr = stats.mean, stats.stderr()
-        else:
-            logger.warning(
-                "permutation sampling: budget %s pays for no permutation of %d players", self.budget, m
-            )
-            values, stderr = np.full(m, (grand - empty) / m), np.full(m, np.nan)
+            self._run_budgeted(draws.budget, limit, draws.rng, draws.stats, draws.empty)
+
+    def values(
+        self, stats: RunningMoments, empty: float, grand: float
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        m = stats.mean.shape[0]
         logger.debug("permutation sampling: %d permutations of %d players", stats.count, m)
-        return ValuationResult(
-            values=values,
-            evaluations=game.evaluations - before,
-            method=self.method,
-            stderr=stderr,
-            utility_empty=empty,
-            utility_grand=grand,
-            samples=stats.count,
-            extra=extra,
+        if stats.count:
+            return stats.mean, stats.stderr()
+        logger.warning(
+            "permutation sampling: budget %s pays for no permutation of %d players", self.budget, m
         )
+        return np.full(m, (grand - empty) / m), np.full(m, np.nan)
 
     @staticmethod
     def _run_counted(

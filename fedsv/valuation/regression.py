@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsv.valuation.border import interior_sizes
-from fedsv.valuation.budget import check_budget
-from fedsv.valuation.game import BoolMatrix, FloatArray, Game
-from fedsv.valuation.permutation import single_player_result
-from fedsv.valuation.result import ValuationResult
+from fedsv.valuation.border import Border, interior_sizes
+from fedsv.valuation.budget import EvaluationBudget
+from fedsv.valuation.estimator import Outcome, StratifiedEstimator
+from fedsv.valuation.game import BoolMatrix, FloatArray
 from fedsv.valuation.strata import StratumMeans, sample_strata
-from fedsv.valuation.svarm import begin, efficient
 
 PAIRS_SAMPLES_PER_PARAMETER = 2.0
 """surrogate="auto" fits the products z_i z_j only with at least this many coalitions per parameter."""
@@ -101,7 +99,7 @@ def fit_surrogate(members: BoolMatrix, utilities: FloatArray, kind: str = "share
     return np.asarray(coef, dtype=np.float64)
 
 
-class RegressionMSR:
+class RegressionMSR(StratifiedEstimator):
     """Regression-adjusted Monte Carlo (Witter et al. 2025) within a budget of distinct evaluations.
 
     s(U) = s(f) + s(U - f): f is a surrogate fitted to every coalition evaluated, whose Shapley values
@@ -117,12 +115,9 @@ class RegressionMSR:
     method = "regression"
 
     def __init__(self, budget: int, seed: int = 0, cross_fit: bool = True, surrogate: str = "auto") -> None:
-        checked = check_budget(budget)
-        assert checked is not None
+        super().__init__(budget, seed)
         if surrogate != "auto" and surrogate not in SURROGATES:
             raise ValueError(f"unknown surrogate {surrogate!r}; choose auto or one of {list(SURROGATES)}")
-        self.budget = checked
-        self.seed = seed
         self.cross_fit = cross_fit
         self.surrogate = surrogate
 
@@ -134,15 +129,9 @@ class RegressionMSR:
         pairs_parameters = (m + 1) + 2 * m + m * (m + 1) // 2
         return "pairs" if fitted_on >= PAIRS_SAMPLES_PER_PARAMETER * pairs_parameters else "shares"
 
-    def run(self, game: Game) -> ValuationResult:
-        m = game.m
-        before = game.evaluations
-        if m == 1:
-            return single_player_result(game, self.method, before, {})
-        budget, border = begin(game, self.budget, self.method)
-        rows, utilities = sample_strata(
-            budget, interior_sizes(m, border.sizes), np.random.default_rng(self.seed)
-        )
+    def from_border(self, budget: EvaluationBudget, border: Border) -> Outcome:
+        m = budget.game.m
+        rows, utilities = sample_strata(budget, interior_sizes(m, border.sizes), self.rng())
         everything = np.arange(rows.shape[0])
         folds = np.array_split(everything, 2) if self.cross_fit else [everything]
         estimates, errors = [], []
@@ -163,15 +152,9 @@ class RegressionMSR:
             residual = strata.estimate()
             estimates.append(surrogate_shapley(coef, m, kind) + residual.values)
             errors.append(residual.stderr)
-        values = np.mean(estimates, axis=0)
-        stderr = np.sqrt(np.mean(np.square(errors), axis=0) / len(folds))
-        return ValuationResult(
-            values=efficient(values, border.grand - border.empty),
-            evaluations=game.evaluations - before,
-            method=self.method,
-            stderr=stderr,
-            utility_empty=border.empty,
-            utility_grand=border.grand,
+        return Outcome(
+            np.mean(estimates, axis=0),
+            np.sqrt(np.mean(np.square(errors), axis=0) / len(folds)),
             samples=int(rows.shape[0]),
-            extra={"border_sizes": border.sizes, "cross_fit": self.cross_fit, "surrogate": kind},
+            extra={"cross_fit": self.cross_fit, "surrogate": kind},
         )

@@ -7,13 +7,12 @@ import math
 from dataclasses import dataclass
 
 from fedsv.valuation.budget import check_budget
+from fedsv.valuation.estimator import Settings
 from fedsv.valuation.exact import HARD_MAX_PLAYERS
-from fedsv.valuation.permutation import check_accuracy
+from fedsv.valuation.methods import METHODS, SAMPLING_METHODS, SHAPLEY_METHODS
+from fedsv.valuation.monte_carlo import check_accuracy
 
-SAMPLING_METHODS = ("regression", "svarm", "kernelshap", "leverage", "permutation", "gtg", "group_testing")
-"""The Shapley estimators that sample coalitions within a budget of distinct utility evaluations."""
-SHAPLEY_METHODS = ("exact", *SAMPLING_METHODS)
-METHODS = ("auto", *SHAPLEY_METHODS, "loo", "random")
+__all__ = ["METHODS", "SAMPLING_METHODS", "SHAPLEY_METHODS", "ValuationSpec", "check_method"]
 
 
 def check_method(method: str) -> None:
@@ -65,6 +64,11 @@ class ValuationSpec:
         players = self.max_exact_players
         if isinstance(players, bool) or not isinstance(players, int) or not 1 <= players <= HARD_MAX_PLAYERS:
             raise ValueError(f"max_exact_players must be an integer in 1..{HARD_MAX_PLAYERS}, got {players}")
+
+    def settings(self) -> Settings:
+        """What a planned estimator is configured with (its evaluations come from the plan)."""
+        capped = self.budget is not None or self.budget_seconds is not None
+        return Settings(self.seed, self.eps, self.delta, self.utility_range, self.max_exact_players, capped)
 
     def with_seed(self, seed: int) -> ValuationSpec:
         """The same spec with another seed (e.g. one per round)."""

@@ -78,9 +78,9 @@ def test_budget_too_small_for_any_permutation_splits_equally() -> None:
 
 def test_explicit_count_caps_a_budgeted_run() -> None:
     game = TableGame(random_table(6, np.random.default_rng(5)))
-    assert PermutationSampling(permutations=7, budget=10_000).run(game).samples == 7
+    assert PermutationSampling(count=7, budget=10_000).run(game).samples == 7
     assert (
-        GroupTesting(tests=9, budget=10_000).run(TableGame(random_table(6, np.random.default_rng(5)))).samples
+        GroupTesting(count=9, budget=10_000).run(TableGame(random_table(6, np.random.default_rng(5)))).samples
         == 9
     )
 
@@ -123,10 +123,10 @@ def test_balanced_first_positions_make_a_first_come_game_exact(budget: int | Non
     m = 5
     table = np.ones(2**m)
     table[0] = 0.0
-    result = PermutationSampling(permutations=3 * m, seed=4, budget=budget).run(TableGame(table))
+    result = PermutationSampling(count=3 * m, seed=4, budget=budget).run(TableGame(table))
     np.testing.assert_allclose(result.values, np.full(m, 1 / m), atol=1e-12)
     assert result.samples == 3 * m
-    partial = PermutationSampling(permutations=3 * m + 2, seed=4).run(TableGame(table))
+    partial = PermutationSampling(count=3 * m + 2, seed=4).run(TableGame(table))
     assert set(np.round(partial.values * (3 * m + 2)).astype(int).tolist()) == {3, 4}
 
 
@@ -134,7 +134,7 @@ def test_permutation_estimate_is_unbiased_with_a_partial_block() -> None:
     m, runs = 4, 2000
     table = random_table(m, np.random.default_rng(5))
     estimates = np.array(
-        [PermutationSampling(permutations=6, seed=s).run(TableGame(table)).values for s in range(runs)]
+        [PermutationSampling(count=6, seed=s).run(TableGame(table)).values for s in range(runs)]
     )
     stderr = estimates.std(axis=0, ddof=1) / np.sqrt(runs)
     assert np.all(np.abs(estimates.mean(axis=0) - exact(table)) <= 5 * stderr)

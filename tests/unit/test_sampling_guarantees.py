@@ -49,7 +49,7 @@ def test_guarantee_on_closed_form_games(method: str) -> None:
 
 def test_permutation_never_evaluates_more_than_exact() -> None:
     game = TableGame(random_table(5, np.random.default_rng(0)))
-    result = PermutationSampling(permutations=2000, seed=3).run(game)
+    result = PermutationSampling(count=2000, seed=3).run(game)
     assert result.samples == 2000
     assert result.evaluations == game.calls == 2**5
 
@@ -61,7 +61,7 @@ def test_every_permutation_starts_from_the_empty_set() -> None:
     table = rng.uniform(0.0, 1.0, size=2**5)
     table[0] = 10.0
     truth = exact(table)
-    result = PermutationSampling(permutations=20_000, seed=0).run(TableGame(table))
+    result = PermutationSampling(count=20_000, seed=0).run(TableGame(table))
     assert result.stderr is not None
     assert np.all(np.abs(result.values - truth) <= 5 * result.stderr)
     assert np.max(np.abs(result.values - truth)) <= 0.15
@@ -72,7 +72,7 @@ def test_every_permutation_starts_from_the_empty_set() -> None:
 def test_marginals_are_credited_to_the_participant_not_the_position() -> None:
     weights = np.array([0.0, 0.1, 0.2, 0.3, 0.4])
     table = all_coalitions(5).astype(float) @ weights  # additive: Shapley values = weights
-    result = PermutationSampling(permutations=500, seed=0).run(TableGame(table))
+    result = PermutationSampling(count=500, seed=0).run(TableGame(table))
     np.testing.assert_allclose(result.values, weights, atol=1e-12)
     by_position = paper_algorithm_2(table, 5, permutations=500, seed=0, reset=True)
     assert np.max(np.abs(by_position - weights)) > 0.1  # every position averages to mean(weights)
@@ -100,7 +100,7 @@ def paper_algorithm_2(
 @pytest.mark.parametrize("m", [2, 3, 7])
 def test_group_testing_is_exactly_efficient(m: int) -> None:
     table = random_table(m, np.random.default_rng(m)) + 3.0
-    result = GroupTesting(tests=37, seed=5).run(TableGame(table))
+    result = GroupTesting(count=37, seed=5).run(TableGame(table))
     assert abs(result.values.sum() - (table[-1] - table[0])) <= 1e-9
     assert result.evaluations <= min(2**m, 37 + 2)
 
@@ -157,7 +157,7 @@ def test_paper_pivot_is_banzhaf_biased_but_fedsv_group_testing_is_unbiased() -> 
     truth = exact(table)
     assert np.max(np.abs(paper_pivot_expectation(table, 6) - truth)) > 0.05
     np.testing.assert_allclose(group_testing_expectation(table, 6), truth, atol=1e-12)
-    estimate = GroupTesting(tests=200_000, seed=0).run(TableGame(table))
+    estimate = GroupTesting(count=200_000, seed=0).run(TableGame(table))
     assert np.max(np.abs(estimate.values - truth)) <= 0.02
 
 

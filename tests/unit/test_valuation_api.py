@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedsv.valuation import CallableGame, Game, Plan, plan, shapley_values
-from fedsv.valuation.api import AUTO_SAMPLER
+from fedsv.valuation.api import AUTO_SAMPLER, make_estimator
 from fedsv.valuation.spec import METHODS, SAMPLING_METHODS, ValuationSpec
 from tests.support.games import additive
 
@@ -221,3 +221,18 @@ def test_game_subclass_is_evaluated_in_batches() -> None:
         game = Batched()
         shapley_values(game, spec=ValuationSpec(method=method, eps=0.2, delta=0.2))
         assert len(game.batches) <= 2, (method, game.batches)  # U(empty), U(all) first, then one batch
+
+
+def test_every_method_list_derives_from_the_estimator_registry() -> None:
+    from fedsv.coordinator.config import VALUATION_METHODS
+    from fedsv.valuation.estimator import ESTIMATORS
+    from fedsv.valuation.methods import BASELINES, REGISTRY, SHAPLEY_METHODS
+
+    assert set(REGISTRY) == set(ESTIMATORS)
+    assert ("auto", *REGISTRY) == METHODS
+    assert set(SAMPLING_METHODS) < set(SHAPLEY_METHODS) and set(BASELINES) == {"loo", "random"}
+    assert set(VALUATION_METHODS) == (set(METHODS) - {"random"}) | {"none"}
+    for method, cls in REGISTRY.items():  # each plan is carried out by its own class
+        spec = ValuationSpec(method=method, budget=64)
+        chosen = plan(5, spec)
+        assert type(make_estimator(chosen, spec)) is cls and chosen.method == method
