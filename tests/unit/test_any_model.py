@@ -17,9 +17,9 @@ from fedsv.fl.state import apply_delta, fedavg, load_params, params_of
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import RoundGame
 from fedsv.valuation.exact import all_coalitions
+from fedsv.valuation.executors.stem_split import split_stem
 from fedsv.valuation.round_game import MODES
 from fedsv.valuation.round_inputs import Metric
-from fedsv.valuation.stem_split import split_stem
 
 NUM_VAL = 100
 Params = dict[str, Tensor]

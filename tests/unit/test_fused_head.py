@@ -10,8 +10,11 @@ import torch
 from torch import nn
 
 from fedsv.task.models import build_model
-from fedsv.valuation import RoundGame, fused_head
+from fedsv.valuation import RoundGame
 from fedsv.valuation.exact import ExactShapley
+from fedsv.valuation.executors import fused_head
+from fedsv.valuation.executors.fast import FusedHead
+from tests.support.round_games import fast_executor
 
 CUDA = torch.cuda.is_available()
 TRITON = importlib.util.find_spec("triton") is not None
@@ -107,7 +110,8 @@ def test_fused_game_matches_the_layer_by_layer_game() -> None:
         )
 
     fused, plain = game(True), game(False)
-    assert fused._fused is not None and plain._fused is None
+    assert isinstance(fast_executor(fused).head, FusedHead)
+    assert not isinstance(fast_executor(plain).head, FusedHead)
     a, b = ExactShapley().run(fused), ExactShapley().run(plain)
     table_a, table_b = fused.dense_table(), plain.dense_table()
     assert table_a is not None and table_b is not None

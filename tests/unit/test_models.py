@@ -10,7 +10,7 @@ from torch import nn
 
 from fedsv.fl.state import params_of
 from fedsv.task.models import CifarCNN, MnistCNN, build_model
-from fedsv.valuation.stem_split import split_stem
+from fedsv.valuation.executors.stem_split import split_stem
 
 CASES = [
     ("mlp", (1, 28, 28), 199_210),

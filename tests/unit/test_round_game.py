@@ -19,10 +19,11 @@ from fedsv.fl.evaluation import evaluate
 from fedsv.fl.state import apply_delta, fedavg, load_params, params_of
 from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
-from fedsv.valuation import RoundGame, round_game, shapley_values
+from fedsv.valuation import RoundGame, shapley_values
 from fedsv.valuation.exact import all_coalitions
 from fedsv.valuation.round_game import MODES
 from fedsv.valuation.spec import ValuationSpec
+from tests.support.round_games import Score, fast_executor, patch_scores
 
 NUM_VAL = 40
 """Validation samples per game: a few dozen keeps the naive reference cheap."""
@@ -225,13 +226,13 @@ def test_chunked_path_equals_cached_path(rounds: dict[str, Round], name: str) ->
     for metric in ("accuracy", "neg_loss"):
         cached = rnd.game(metric=metric)
         expected = cached.utilities(members)
-        assert cached._stem_cache is not None
+        assert fast_executor(cached).stems.cached
         # A budget far below the stem outputs' size (and a tiny working set for matmul heads): the stem
         # outputs are recomputed chunk by chunk on every call and never cached.
         chunked = rnd.game(metric=metric, memory_budget_mb=1e-4, working_set_floats=2_000)
         first = chunked.utilities(members[: len(members) // 2])
         second = chunked.utilities(members[len(members) // 2 :])
-        assert chunked._stem_cache is None
+        assert not fast_executor(chunked).stems.cached
         _assert_same(np.concatenate([first, second]), expected, metric)
 
 
@@ -242,18 +243,22 @@ def test_chunked_path_holds_one_chunk_at_a_time(
     rnd = rounds["mlp"]
     game = rnd.game(memory_budget_mb=1e-4, working_set_floats=2_000)
     events: list[str] = []
-    stem_outputs, score = game._stem_outputs, round_game.score_logits
+    stems = fast_executor(game).stems
+    stem_outputs = stems.compute_chunk
 
     def logged_stem(x: Tensor) -> tuple[Tensor, Tensor]:
         events.append("stem")
         return stem_outputs(x)
 
-    def logged_score(logits: Tensor, y: Tensor, metric: str) -> Tensor:
-        events.append("score")
-        return score(logits, y, metric)
+    def logged(score: Score) -> Score:
+        def logged_score(logits: Tensor, y: Tensor, metric: object) -> Tensor:
+            events.append("score")
+            return score(logits, y, metric)
 
-    monkeypatch.setattr(game, "_stem_outputs", logged_stem)
-    monkeypatch.setattr(round_game, "score_logits", logged_score)
+        return logged_score
+
+    monkeypatch.setattr(stems, "compute_chunk", logged_stem)
+    patch_scores(monkeypatch, logged)
     game.utilities(all_coalitions(rnd.m))
     chunks = events.count("stem")
     assert chunks > 2

@@ -23,6 +23,7 @@ from fedsv.valuation import RoundGame, round_game
 from fedsv.valuation.device import DEFAULT_BUDGET_MB, DEFAULT_WORKING_SET, PRECISIONS
 from fedsv.valuation.exact import all_coalitions
 from fedsv.valuation.round_game import MODES
+from tests.support.round_games import Score, fast_executor, patch_scores
 
 NUM_VAL = 100
 M = 4
@@ -170,15 +171,15 @@ def test_callable_metric_and_memory_budget_on_cpu(setups: dict[str, Setup]) -> N
     for device in ("cpu", "auto"):
         game = setup.game(metric=neg_loss, device=device, memory_budget_mb=1e-4, working_set_floats=2_000)
         np.testing.assert_allclose(game.utilities(members), reference, rtol=0, atol=1e-5)
-        assert game._stem_cache is None
+        assert not fast_executor(game).stems.cached
 
 
 def test_default_budget_on_cpu(setups: dict[str, Setup]) -> None:
     game = setups["mlp"].game(device="cpu")
-    assert game._budget_floats == int(DEFAULT_BUDGET_MB * 2**20 / 4)
-    assert game._working_set == DEFAULT_WORKING_SET
+    assert game.memory.budget_floats == int(DEFAULT_BUDGET_MB * 2**20 / 4)
+    assert game.memory.working_set == DEFAULT_WORKING_SET
     explicit = setups["mlp"].game(device="cpu", memory_budget_mb=64, working_set_floats=4096)
-    assert explicit._budget_floats == int(64 * 2**20 / 4) and explicit._working_set == 4096
+    assert explicit.memory.budget_floats == int(64 * 2**20 / 4) and explicit.memory.working_set == 4096
 
 
 def test_scores_stay_tensors_until_the_batch_is_done(
@@ -187,14 +188,16 @@ def test_scores_stay_tensors_until_the_batch_is_done(
     """score_logits hands back float64 tensors on the game's device; only _evaluate makes numpy."""
     setup = setups["mlp"]
     returned: list[Tensor] = []
-    score = round_game.score_logits
 
-    def spy(logits: Tensor, y: Tensor, metric: Any) -> Tensor:
-        out = score(logits, y, metric)
-        returned.append(out)
-        return out
+    def spy(score: Score) -> Score:
+        def scored(logits: Tensor, y: Tensor, metric: Any) -> Tensor:
+            out = score(logits, y, metric)
+            returned.append(out)
+            return out
 
-    monkeypatch.setattr(round_game, "score_logits", spy)
+        return scored
+
+    patch_scores(monkeypatch, spy)
     for mode in MODES:
         game = setup.game(mode=mode, device="auto")
         values = game._evaluate(all_coalitions(M))
@@ -270,18 +273,20 @@ def test_tf32_is_fp32_on_cpu_and_bf16_is_close(setups: dict[str, Setup], name: s
 def test_bf16_logits_are_scored_in_float32(setups: dict[str, Setup], monkeypatch: pytest.MonkeyPatch) -> None:
     """A metric callable sees float32 logits under bf16, though the head ran in bfloat16."""
     seen: list[torch.dtype] = []
-    score = round_game.score_logits
     raw: list[torch.dtype] = []
 
-    def spy(logits: Tensor, y: Tensor, metric: Any) -> Tensor:
-        raw.append(logits.dtype)
-        return score(logits, y, metric)
+    def spy(score: Score) -> Score:
+        def scored(logits: Tensor, y: Tensor, metric: Any) -> Tensor:
+            raw.append(logits.dtype)
+            return score(logits, y, metric)
+
+        return scored
 
     def metric(logits: Tensor, y: Tensor) -> Tensor:
         seen.append(logits.dtype)
         return (logits.argmax(dim=1) == y).double()
 
-    monkeypatch.setattr(round_game, "score_logits", spy)
+    patch_scores(monkeypatch, spy)
     setups["mlp"].game(metric=metric, precision="bf16").utilities(all_coalitions(M))
     assert torch.bfloat16 in raw and set(seen) == {torch.float32}
 
@@ -399,7 +404,7 @@ def test_cuda_inputs_live_on_the_gpu(setups: dict[str, Setup]) -> None:
     assert all(t.device == game.device for t in game.model.parameters())
     assert game.model is not setup.model
     assert all(p.device.type == "cpu" for p in setup.model.parameters())
-    assert game._budget_floats > 0 and game._working_set >= DEFAULT_WORKING_SET
+    assert game.memory.budget_floats > 0 and game.memory.working_set >= DEFAULT_WORKING_SET
     game.utilities(all_coalitions(M))
     assert all(p.device.type == "cpu" for p in setup.model.parameters())
     # A model already on the GPU is used in place, not copied.

@@ -111,7 +111,7 @@ def _load_kernel() -> Any:
     global _kernel
     if _kernel is None:
         try:
-            from fedsv.valuation import fused_head_kernel
+            from fedsv.valuation.executors import fused_head_kernel
         except ImportError:
             return None
         _kernel = fused_head_kernel.mlp_head_accuracy
