@@ -1,9 +1,10 @@
-# fedsv: `make demo` sets everything up and runs the main job; `make test` runs lint, types and tests.
+# fedsv: `make demo` sets everything up and runs the main job; `make test` runs lint, types and every test;
+# `make check` runs lint, types and the quick tier (tests/unit) in a few minutes.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test check lint bench clean
 
 install: $(VENV)/.installed
 
@@ -21,6 +22,9 @@ lint: install
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+check: lint
+	$(BIN)/python -m pytest -q tests/unit
 
 bench: install
 	$(BIN)/python benchmarks/bench_valuation.py

@@ -25,7 +25,7 @@ class Calls:
 
     def count(self, round_number: int, rpc: str, direction: str, message: Any) -> None:
         size = message.ByteSize()
-        self.state.count(round_number, rpc, direction, size)
+        self.state.traffic.count(round_number, rpc, direction, size)
         self.metrics.record_rpc(rpc, direction, size)
 
     async def refuse(self, context: grpc.aio.ServicerContext, reason: str, message: str) -> NoReturn:

@@ -17,15 +17,22 @@ from prometheus_client import CollectorRegistry
 from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.grpc_server import SERVICE_NAME, CoordinatorServers
 from fedsv.coordinator.metrics import CoordinatorMetrics, serve_metrics, stop_metrics
+from fedsv.coordinator.pending import PendingStore
+from fedsv.coordinator.resume import resume
+from fedsv.coordinator.round_commit import RoundCommitter
 from fedsv.coordinator.round_loop import RoundLoop
+from fedsv.coordinator.run_end import RunEnd
 from fedsv.coordinator.run_inputs import RunInputs
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
+from fedsv.coordinator.valuation_worker import ValuationWorker
 from fedsv.fl.device import resolve_device
+from fedsv.fl.state import params_of
 from fedsv.ledger import Ledger
 from fedsv.security.certs import read_tokens
 from fedsv.security.tls import server_credentials
+from fedsv.valuation.round_valuation import GameSettings
 from fedsv.wire.codec import spec_of
 from fedsv.wire.v1 import fedsv_pb2
 
@@ -84,7 +91,7 @@ class Coordinator:
         self.ledger.ensure_run(self.run_id, run.to_dict())
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = CoordinatorMetrics(self.registry)
-        self.state = RunState(
+        self.state = RunState.new(
             run.participants,
             server.credential,
             tokens=read_tokens(server.tokens_file) if server.tokens_file else None,
@@ -93,8 +100,31 @@ class Coordinator:
             max_samples=server.max_samples_per_participant,
             max_participants=server.max_participants,
         )
-        self.state.on_connected = self.metrics.set_connected
-        self.loop = RoundLoop(run, server, self.state, self.ledger, self.metrics, inputs)
+        self.state.sessions.on_connected = self.metrics.set_connected
+        store = PendingStore(state_dir / "pending")
+        progress = resume(self.ledger, store, self.metrics, params_of(inputs.model))
+        committer = RoundCommitter(self.ledger, store, self.metrics, self.state.traffic, progress.accounting)
+        game = GameSettings(
+            inputs.task.metric, server.valuation_device, server.valuation_precision, run.aggregation_rule()
+        )
+        worker = None
+        if server.valuation_schedule == "pipelined" and run.valuation != "none":
+            worker = ValuationWorker(
+                inputs.model,
+                inputs.validation,
+                game,
+                run.valuation_spec,
+                progress.accounting,
+                self.ledger,
+                self.metrics,
+                store,
+                server.valuation_queue,
+            )
+            for pending in progress.backlog:
+                worker.submit(pending)
+        self.loop = RoundLoop(
+            run, server, self.state, inputs, game, progress, committer, self.metrics, worker
+        )
         specs = make_run_spec(run, self.run_id, server.max_chunk_bytes)
         limits = UpdateLimits(
             server.max_chunk_bytes, server.max_update_bytes, server.max_tensors, server.header_timeout
@@ -159,24 +189,26 @@ class Coordinator:
             self.run_config.participants,
         )
 
-    def run(self) -> str:
+    def run(self) -> RunEnd:
         """Run the rounds to the end, then keep serving (health, final metrics) for `linger` seconds.
 
         linger < 0 serves until SIGTERM: a coordinator under a Kubernetes Deployment stays up with
         its final metrics instead of exiting into a restart loop. Participants read the end of the
         run from their task streams meanwhile and exit.
         """
-        reason = self.loop.run()
+        end = self.loop.run()
         linger = self.server_config.linger
         deadline = float("inf") if linger < 0 else time.time() + linger
         while time.time() < deadline and not self.loop.stop_event.is_set():
             self.loop.stop_event.wait(0.1)
-        return reason
+        return end
 
     def stop(self) -> None:
         """Stop the round loop, then serve NOT_SERVING, end every open call (after a grace of about a
         second, however many are open) and release the ports and the ledger; idempotent."""
         self.loop.stop_event.set()
+        if self.loop.worker is not None:  # the round it is valuing (if any) ends; the rest stays pending
+            self.loop.worker.close()
         self.servers.stop()
         if self.metrics_server is not None:
             stop_metrics(self.metrics_server)
@@ -201,9 +233,8 @@ def serve(run: RunConfig, server: ServerConfig) -> int:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
     try:
-        reason = coordinator.run()
+        end = coordinator.run()
     finally:
         coordinator.stop()
-    finished = reason == "finished"
-    logger.log(logging.INFO if finished else logging.WARNING, "run %s ended: %s", coordinator.run_id, reason)
-    return 0 if finished else 3
+    logger.log(logging.INFO if end.finished else logging.WARNING, "run %s ended: %s", coordinator.run_id, end)
+    return 0 if end.finished else 3

@@ -9,7 +9,8 @@ import grpc
 
 from fedsv.coordinator.calls import Calls
 from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.run_state import Rejected, RunState
+from fedsv.coordinator.run_state import RunState
+from fedsv.coordinator.sessions import Rejected
 from fedsv.coordinator.task_stream import task_events
 from fedsv.coordinator.update_stream import UpdateLimits, UpdateReceiver
 from fedsv.security.log_safety import shown
@@ -43,10 +44,10 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
     async def Join(
         self, request: fedsv_pb2.JoinRequest, context: grpc.aio.ServicerContext
     ) -> fedsv_pb2.JoinReply:
-        number = self.state.current_round_number()
+        number = self.state.board.current_round_number()
         self.calls.count(number, "Join", "up", request)
         try:
-            info = self.state.join(
+            info = self.state.sessions.join(
                 request.rank,
                 request.world_size,
                 request.credential,
@@ -69,11 +70,11 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
     async def Subscribe(
         self, request: fedsv_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[fedsv_pb2.ServerEvent]:
-        self.calls.count(self.state.current_round_number(), "Subscribe", "up", request)
+        self.calls.count(self.state.board.current_round_number(), "Subscribe", "up", request)
         try:
             peer = peer_identity(context.auth_context())
-            info = self.state.authenticate(request.participant_id, request.session_token, peer)
-            self.state.open_call(info, "Subscribe")
+            info = self.state.sessions.authenticate(request.participant_id, request.session_token, peer)
+            self.state.sessions.open_call(info, "Subscribe")
         except Rejected as exc:
             await self.calls.refuse(context, exc.reason, str(exc))
         events = task_events(self.calls, info.participant_id)
@@ -82,7 +83,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
                 yield event
         finally:  # the run ended, or the client went away (the call, and this generator, cancelled)
             await events.aclose()
-            self.state.close_call(info, "Subscribe")
+            self.state.sessions.close_call(info, "Subscribe")
 
     async def SubmitUpdate(
         self, request_iterator: AsyncIterator[fedsv_pb2.UpdateMessage], context: grpc.aio.ServicerContext

@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator, Iterator
 
 from fedsv.coordinator.calls import Calls
 from fedsv.coordinator.loop_thread import threadsafe_setter
-from fedsv.coordinator.run_state import OpenRound
+from fedsv.coordinator.round_board import OpenRound
 from fedsv.wire.codec import iter_chunks
 from fedsv.wire.v1 import fedsv_pb2
 
@@ -23,22 +23,22 @@ async def task_events(calls: Calls, participant: str) -> AsyncGenerator[fedsv_pb
     selected or the run ends. No timeout: a client that goes away cancels the call, and with it
     this generator.
     """
-    state = calls.state
+    board = calls.state.board
     news = asyncio.Event()
     wake = threadsafe_setter(asyncio.get_running_loop(), news)
-    state.listen(participant, wake)
+    board.listen(participant, wake)
     try:
         sent_round = 0
         while True:
             news.clear()  # before polling: a wake-up after the poll sets it again
-            now = state.poll(participant, sent_round)
+            now = board.poll(participant, sent_round)
             if now.task is not None:
                 sent_round = now.task.round
                 for event in _task(now.task, participant):
                     calls.count(sent_round, RPC, "down", event)
                     yield event
             elif now.finished:
-                end = fedsv_pb2.RunEnd(reason=state.end_reason, rounds_completed=now.rounds_completed)
+                end = fedsv_pb2.RunEnd(reason=board.end_reason, rounds_completed=now.rounds_completed)
                 event = fedsv_pb2.ServerEvent(end=end)
                 calls.count(now.rounds_completed, RPC, "down", event)
                 yield event
@@ -46,7 +46,7 @@ async def task_events(calls: Calls, participant: str) -> AsyncGenerator[fedsv_pb
             else:
                 await news.wait()
     finally:
-        state.unlisten(participant, wake)
+        board.unlisten(participant, wake)
 
 
 def _task(task: OpenRound, participant: str) -> Iterator[fedsv_pb2.ServerEvent]:
@@ -55,9 +55,9 @@ def _task(task: OpenRound, participant: str) -> Iterator[fedsv_pb2.ServerEvent]:
         task=fedsv_pb2.RoundTask(
             round=task.round,
             deadline_unix_ms=int(task.deadline * 1000),
-            model=task.task_header,  # type: ignore[arg-type]
+            model=task.task_header,
             train_seed=task.train_seeds[participant],
         )
     )
-    for chunk in iter_chunks(task.task_header, task.task_payloads):  # type: ignore[arg-type]
+    for chunk in iter_chunks(task.task_header, task.task_payloads):
         yield fedsv_pb2.ServerEvent(chunk=chunk)

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from fedsv.coordinator.calls import Calls
-from fedsv.coordinator.run_state import ParticipantInfo, Rejected
+from fedsv.coordinator.sessions import ParticipantInfo, Rejected
 from fedsv.security.tls import peer_identity
 from fedsv.wire.call_settings import PARTICIPANT_KEY, SESSION_TOKEN_KEY, claimed_sender
 from fedsv.wire.codec import TensorSetAssembler, TensorSpecs, WireError
@@ -54,19 +54,19 @@ class UpdateReceiver:
     async def submit(
         self, requests: AsyncIterator[fedsv_pb2.UpdateMessage], context: grpc.aio.ServicerContext
     ) -> fedsv_pb2.SubmitReply:
-        number = self.state.current_round_number()
+        number = self.state.board.current_round_number()
         peer = peer_identity(context.auth_context())
         sender = await self._sender(peer, context)
         try:
             # The per-participant limit applies now: a stream that never sends its header holds one
             # of its own sender's slots, never the capacity honest participants need.
-            self.state.open_stream(sender.identity, RPC)
+            self.state.sessions.open_stream(sender.identity, RPC)
         except Rejected as exc:
             await self.calls.refuse(context, exc.reason, str(exc))
         try:
             return await self._receive(number, peer, sender, requests, context)
         finally:
-            self.state.close_stream(sender.identity, RPC)
+            self.state.sessions.close_stream(sender.identity, RPC)
 
     async def _sender(self, peer: str | None, context: grpc.aio.ServicerContext) -> Sender:
         """The call's authenticated sender, from its metadata or its certificate; refuses a call
@@ -75,7 +75,7 @@ class UpdateReceiver:
         if claimed is not None:
             pid, token = claimed
             try:
-                self.state.authenticate(pid, token, peer)
+                self.state.sessions.authenticate(pid, token, peer)
             except Rejected as exc:
                 await self.calls.refuse(context, exc.reason, str(exc))
             return Sender(pid, token)
@@ -115,7 +115,7 @@ class UpdateReceiver:
                 context, "sender_mismatch", f"the header speaks for another sender than {sender.identity}"
             )
         try:
-            info = self.state.authenticate(header.participant_id, header.session_token, peer)
+            info = self.state.sessions.authenticate(header.participant_id, header.session_token, peer)
             await self._receive_update(info, header, requests)
         except (Rejected, WireError) as exc:
             await self.calls.refuse(context, exc.reason, str(exc))
@@ -132,7 +132,7 @@ class UpdateReceiver:
         requests: AsyncIterator[Any],
     ) -> None:
         """Check the update's header, then read, check and hand over its chunks (raises on any fault)."""
-        self.state.check_update(info, header.round, header.num_samples)
+        self.state.board.check_update(info, header.round, header.num_samples)
         assembler = TensorSetAssembler(
             header.delta,
             max_total_bytes=self.limits.max_update_bytes,
@@ -141,9 +141,9 @@ class UpdateReceiver:
             max_tensors=self.limits.max_tensors,
         )
         async for message in requests:
-            self.calls.count(self.state.current_round_number(), RPC, "up", message)
+            self.calls.count(self.state.board.current_round_number(), RPC, "up", message)
             if message.WhichOneof("kind") != "chunk":
                 raise WireError("bad_chunk", "only chunks may follow the update header")
             assembler.add(message.chunk)
         delta = assembler.finish(require_finite=True)
-        self.state.accept_update(info, header.round, delta, header.num_samples, header.train_seconds)
+        self.state.board.accept_update(info, header.round, delta, header.num_samples, header.train_seconds)

@@ -16,7 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from fedsv.coordinator.grpc_server import CoordinatorServers
 from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.run_state import OpenRound, RunState
+from fedsv.coordinator.round_board import OpenRound
+from fedsv.coordinator.run_end import FINISHED
+from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
 from fedsv.wire.call_settings import sender_metadata
@@ -56,7 +58,7 @@ def _start(
     header_timeout: float = 10.0,
     max_participants: int = 0,
 ) -> Generator[Harness, None, None]:
-    state = RunState(world_size=4, credential=credential, max_participants=max_participants)
+    state = RunState.new(world_size=4, credential=credential, max_participants=max_participants)
     registry = CollectorRegistry()
     metrics = CoordinatorMetrics(registry)
     spec = fedsv_pb2.RunSpec(run_id="test", world_size=4, max_chunk_bytes=CHUNK)
@@ -76,7 +78,7 @@ def _start(
         )
         tokens[reply.participant_id] = reply.session_token
     header, payloads = encode_tensor_set(model, chunk_bytes=CHUNK)
-    state.open_round(
+    state.board.open_round(
         OpenRound(
             1, ["p000", "p001"], time.time() + 60, header, list(payloads), {f"p00{r}": r for r in range(4)}
         )
@@ -84,7 +86,7 @@ def _start(
     try:
         yield Harness(state, stub, registry, model, tokens)
     finally:
-        state.finish("finished")
+        state.board.finish(FINISHED)
         channel.close()
         server.stop(grace=0)
 
@@ -209,7 +211,7 @@ def test_every_bad_update_is_rejected_with_its_code_and_the_round_goes_on(harnes
         before = harness.rejected(reason)
         assert _code(harness.stub, messages) == code, reason
         assert harness.rejected(reason) == before + 1, reason
-    assert harness.state.current is not None and harness.state.current.received == {}
+    assert harness.state.board.current is not None and harness.state.board.current.received == {}
 
     assert _code(harness.stub, _update("p000", t0, good)) == grpc.StatusCode.OK
     assert _code(harness.stub, _update("p000", t0, good)) == grpc.StatusCode.ALREADY_EXISTS
@@ -218,11 +220,11 @@ def test_every_bad_update_is_rejected_with_its_code_and_the_round_goes_on(harnes
     assert _code(harness.stub, _update("p001", t1, good, num_samples=30)) == grpc.StatusCode.INVALID_ARGUMENT
     assert harness.rejected("sample_count_mismatch") == 1
     assert _code(harness.stub, _update("p001", t1, good)) == grpc.StatusCode.OK
-    received = harness.state.current.received
+    received = harness.state.board.current.received
     assert sorted(received) == ["p000", "p001"] and received["p001"].num_samples == SAMPLES
     torch.testing.assert_close(received["p000"].delta["a.weight"], good["a.weight"], rtol=0, atol=0)
 
-    harness.state.close_round()
+    harness.state.board.close_round()
     assert _code(harness.stub, _update("p000", t0, good)) == grpc.StatusCode.FAILED_PRECONDITION
     assert harness.rejected("round_closed") == 1
 
@@ -244,17 +246,17 @@ def test_subscribe_streams_the_task_to_selected_participants_only(harness: Harne
     other = harness.stub.Subscribe(
         fedsv_pb2.SubscribeRequest(participant_id="p002", session_token=harness.tokens["p002"])
     )
-    opened = harness.state.current
+    opened = harness.state.board.current
     assert opened is not None
-    harness.state.close_round()  # round 2 selects p002: its waiting stream is woken with the task
-    harness.state.open_round(
+    harness.state.board.close_round()  # round 2 selects p002: its waiting stream is woken with the task
+    harness.state.board.open_round(
         OpenRound(2, ["p002"], time.time() + 60, opened.task_header, opened.task_payloads, {"p002": 7})
     )
     task = next(other)
     assert task.WhichOneof("kind") == "task" and task.task.round == 2 and task.task.train_seed == 7
     for _ in range(task.task.model.num_chunks):
         assert next(other).WhichOneof("kind") == "chunk"
-    harness.state.finish("finished", rounds_completed=2)
+    harness.state.board.finish(FINISHED, rounds_completed=2)
     only = next(other)
     assert only.WhichOneof("kind") == "end" and only.end.reason == "finished"
     assert only.end.rounds_completed == 2
@@ -290,13 +292,16 @@ def test_a_model_over_16_mib_travels_both_ways_in_chunks() -> None:
             fedsv_pb2.SubscribeRequest(participant_id="p001", session_token=harness.tokens["p001"])
         )
         assert next(cut).WhichOneof("kind") == "task"
-        _wait(lambda: harness.state.open_calls.get(("p001", "Subscribe"), 0) == 1, "the stream")
+        _wait(lambda: harness.state.sessions.open_calls.get(("p001", "Subscribe"), 0) == 1, "the stream")
         cut.cancel()
-        _wait(lambda: harness.state.open_calls.get(("p001", "Subscribe"), 0) == 0, "the cut stream to close")
+        _wait(
+            lambda: harness.state.sessions.open_calls.get(("p001", "Subscribe"), 0) == 0,
+            "the cut stream to close",
+        )
 
         delta = {k: v * 0.001 for k, v in model.items()}
         assert _code(harness.stub, _update("p001", harness.tokens["p001"], delta)) == grpc.StatusCode.OK
-        up = harness.state.current.received["p001"].delta  # type: ignore[union-attr]
+        up = harness.state.board.current.received["p001"].delta  # type: ignore[union-attr]
         assert torch.equal(up["layer.weight"], delta["layer.weight"])
         assert torch.equal(up["layer.bias"], delta["layer.bias"])
     finally:
@@ -320,8 +325,8 @@ def test_sample_counts_are_declared_at_join_and_bounded(harness: Harness) -> Non
 
 
 def _open_update_calls(state: RunState) -> int:
-    with state.cond:
-        return sum(n for (_, rpc), n in state.open_calls.items() if rpc == "SubmitUpdate")
+    with state.sessions.cond:
+        return sum(n for (_, rpc), n in state.sessions.open_calls.items() if rpc == "SubmitUpdate")
 
 
 def _wait(condition: Callable[[], bool], what: str, seconds: float = 60.0) -> None:
@@ -391,7 +396,7 @@ def test_an_update_must_name_its_sender_before_it_sends_anything(harness: Harnes
         )
     assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert harness.rejected("bad_token") == 1
-    assert harness.state.current is not None and harness.state.current.received == {}
+    assert harness.state.board.current is not None and harness.state.board.current.received == {}
     assert _code(harness.stub, _update("p000", t0, good)) == grpc.StatusCode.OK
 
 
@@ -405,21 +410,21 @@ def test_max_participants_caps_who_holds_a_task_stream() -> None:
 
     try:
         first, second = subscribe("p000"), subscribe("p002")
-        _wait(lambda: harness.state.connected() == 2, "two task streams")
+        _wait(lambda: harness.state.sessions.connected() == 2, "two task streams")
         with pytest.raises(grpc.RpcError) as info:
             next(iter(subscribe("p003")))
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert harness.rejected("too_many_participants") == 1
         again = subscribe("p000")  # a participant already counted may open its second stream
         assert next(again).WhichOneof("kind") == "task"
-        assert harness.state.connected() == 2
+        assert harness.state.sessions.connected() == 2
         second.cancel()  # its generator is cancelled, and with it the call: p002 no longer counts
-        _wait(lambda: harness.state.connected() == 1, "p002's stream to close")
+        _wait(lambda: harness.state.sessions.connected() == 1, "p002's stream to close")
         third = subscribe("p003")
-        _wait(lambda: harness.state.connected() == 2, "p003's stream")
+        _wait(lambda: harness.state.sessions.connected() == 2, "p003's stream")
         assert harness.rejected("too_many_participants") == 1
         for call in (first, again, third):
             call.cancel()
-        _wait(lambda: harness.state.connected() == 0, "every stream to close")
+        _wait(lambda: harness.state.sessions.connected() == 0, "every stream to close")
     finally:
         gen.close()

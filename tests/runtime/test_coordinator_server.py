@@ -54,7 +54,7 @@ def test_health_and_metrics_are_served_and_stop_cleanly(tmp_path: Path) -> None:
         assert b"fedsv_current_round" in text and b"fedsv_participants_connected" in text
         # Nobody joins: the run stops after join_timeout instead of hanging.
         result: list[str] = []
-        thread = threading.Thread(target=lambda: result.append(coordinator.run()))
+        thread = threading.Thread(target=lambda: result.append(str(coordinator.run())))
         thread.start()
         thread.join(timeout=30)
         assert result == ["stopped: participants did not join in time"]
@@ -92,10 +92,10 @@ def test_stop_ends_hundreds_of_open_task_streams(tmp_path: Path) -> None:
                 )
                 streams += [stub.Subscribe(request), stub.Subscribe(request)]
             deadline = time.time() + 60
-            while sum(coordinator.state.open_calls.values()) < 200:
+            while sum(coordinator.state.sessions.open_calls.values()) < 200:
                 assert time.time() < deadline, "the 200 streams never reached the coordinator"
                 time.sleep(0.05)
-            assert coordinator.state.connected() == 100
+            assert coordinator.state.sessions.connected() == 100
             stopper = threading.Thread(target=coordinator.stop)
             stopper.start()
             stopper.join(timeout=60)
@@ -103,7 +103,9 @@ def test_stop_ends_hundreds_of_open_task_streams(tmp_path: Path) -> None:
         finally:
             if stopper is None:
                 coordinator.stop()
-        assert coordinator.state.connected() == 0 and not any(coordinator.state.open_calls.values())
+        assert coordinator.state.sessions.connected() == 0 and not any(
+            coordinator.state.sessions.open_calls.values()
+        )
         for events in streams[:3]:
             with pytest.raises(grpc.RpcError):
                 next(events)

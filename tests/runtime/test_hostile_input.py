@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from fedsv.coordinator.config import RunConfig, ServerConfig
-from fedsv.coordinator.run_state import OpenRound
+from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.server import Coordinator
 from fedsv.fl.ranks import participant_id
 from fedsv.wire.call_settings import sender_metadata
@@ -77,10 +77,11 @@ class Target:
     # ------------------------------------------------------------------ the coordinator's state
     def snapshot(self) -> tuple[int, dict[str, str], list[str], OpenRound | None]:
         """(open round number, pid -> session token, pids selected and still expected, open round)."""
-        state = self.coordinator.state
-        with state.cond:
-            tokens = {pid: info.token for pid, info in state.participants.items()}
-            current = state.current
+        sessions, board = self.coordinator.state.sessions, self.coordinator.state.board
+        with sessions.cond:
+            tokens = {pid: info.token for pid, info in sessions.participants.items()}
+        with board.cond:
+            current = board.current
             pending = []
             if current is not None and not current.closed:
                 pending = [p for p in current.selected if p not in current.received]
@@ -88,9 +89,9 @@ class Target:
 
     def declared(self, pid: str) -> int:
         """The sample count `pid` declared at Join (0: unknown participant or not declared)."""
-        state = self.coordinator.state
-        with state.cond:
-            info = state.participants.get(pid)
+        sessions = self.coordinator.state.sessions
+        with sessions.cond:
+            info = sessions.participants.get(pid)
             return 0 if info is None else info.num_samples
 
     # ------------------------------------------------------------------ sending
@@ -456,7 +457,9 @@ def test_hostile_messages_never_crash_the_coordinator_nor_change_the_honest_run(
     coordinator = Coordinator(run, server)
     coordinator.start()
     ended: list[str] = []
-    loop = threading.Thread(target=lambda: ended.append(coordinator.run()), name="coordinator", daemon=True)
+    loop = threading.Thread(
+        target=lambda: ended.append(str(coordinator.run())), name="coordinator", daemon=True
+    )
     loop.start()
     channel = grpc.insecure_channel(
         f"127.0.0.1:{coordinator.port}", options=[("grpc.max_send_message_length", 16 << 20)]
@@ -497,7 +500,7 @@ def test_hostile_messages_never_crash_the_coordinator_nor_change_the_honest_run(
     @given(st.data())
     def attack(data: st.DataObject) -> None:
         kind = data.draw(st.sampled_from(sorted(ATTACKS)))
-        running = coordinator.state.current is not None and not coordinator.state.finished
+        running = coordinator.state.board.current is not None and not coordinator.state.board.finished
         code = ATTACKS[kind](data, target)
         target.tally[(kind, code.name)] += 1
         target.during_run += running
@@ -507,9 +510,9 @@ def test_hostile_messages_never_crash_the_coordinator_nor_change_the_honest_run(
     slow = threading.Thread(target=throttle, name="throttle", daemon=True)
     try:
         deadline = time.time() + 180
-        while coordinator.state.connected() < 4 and time.time() < deadline:
+        while coordinator.state.sessions.connected() < 4 and time.time() < deadline:
             time.sleep(0.05)
-        assert coordinator.state.connected() == 4, tail(logs[0])
+        assert coordinator.state.sessions.connected() == 4, tail(logs[0])
         started = time.time()
         slow.start()
         attack()
@@ -522,7 +525,7 @@ def test_hostile_messages_never_crash_the_coordinator_nor_change_the_honest_run(
             assert proc.wait(timeout=240) == 0, tail(log)
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
         assert health.status == health_pb2.HealthCheckResponse.SERVING
-        assert loop.is_alive() and coordinator.state.end_reason == "finished"
+        assert loop.is_alive() and coordinator.state.board.end_reason == "finished"
         rejected = _rejections(coordinator)
     finally:
         throttle_off.set()

@@ -22,7 +22,9 @@ from fedsv.coordinator.__main__ import main as coordinator_main
 from fedsv.coordinator.config import RunConfig, ServerConfig
 from fedsv.coordinator.grpc_server import CoordinatorServers
 from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.run_state import OpenRound, RunState
+from fedsv.coordinator.round_board import OpenRound
+from fedsv.coordinator.run_end import FINISHED
+from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.server import SERVICE_NAME, Coordinator
 from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
@@ -65,7 +67,7 @@ class Server:
 def _serve(
     tls_dir: Path, *, client_auth: bool = True, tokens: dict[str, str] | None = None
 ) -> Generator[Server, None, None]:
-    state = RunState(4, tokens=tokens, require_peer=client_auth, max_streams=2)
+    state = RunState.new(4, tokens=tokens, require_peer=client_auth, max_streams=2)
     registry = CollectorRegistry()
     spec = fedsv_pb2.RunSpec(run_id="test", world_size=4, max_chunk_bytes=CHUNK)
     metrics = CoordinatorMetrics(registry)
@@ -76,13 +78,13 @@ def _serve(
     port = server.port
     server.start()
     header, payloads = encode_tensor_set(MODEL, chunk_bytes=CHUNK)
-    state.open_round(
+    state.board.open_round(
         OpenRound(1, ["p000", "p001"], time.time() + 60, header, list(payloads), {"p000": 0, "p001": 1})
     )
     try:
         yield Server(state, port, registry)
     finally:
-        state.finish("finished")
+        state.board.finish(FINISHED)
         server.stop(grace=0)
 
 
@@ -197,7 +199,7 @@ def test_mtls_participant_joins_subscribes_and_submits(mtls: Server, tls_dir: Pa
     assert next(events).WhichOneof("kind") == "task"
     events.cancel()
     assert _submit(stub, _update("p000", reply.session_token, MODEL)) == grpc.StatusCode.OK
-    assert mtls.state.current is not None and list(mtls.state.current.received) == ["p000"]
+    assert mtls.state.board.current is not None and list(mtls.state.board.current.received) == ["p000"]
 
 
 def test_callers_without_the_right_certificate_are_refused(
@@ -213,7 +215,7 @@ def test_callers_without_the_right_certificate_are_refused(
     assert _join_code(_stub(mtls.port, None), 0) == grpc.StatusCode.UNAVAILABLE  # plaintext vs TLS
     # A participant that trusts another CA does not talk to this coordinator either.
     assert _join_code(_as(other_ca, 0, mtls.port), 0) == grpc.StatusCode.UNAVAILABLE
-    assert mtls.state.joined() == 0
+    assert mtls.state.sessions.joined() == 0
 
 
 def test_a_participant_certificate_cannot_act_for_another_participant(mtls: Server, tls_dir: Path) -> None:
@@ -310,7 +312,7 @@ def test_a_tls_run_completes_and_health_is_plaintext_on_its_own_port(tmp_path: P
         threads = [threading.Thread(target=lambda w=w: results.update({w.rank: w.run()})) for w in workers]
         for thread in threads:
             thread.start()
-        assert coordinator.run() == "finished"
+        assert coordinator.run().finished
         for thread in threads:
             thread.join(timeout=60)
         assert results == {0: "finished", 1: "finished"}
@@ -408,7 +410,7 @@ def test_header_less_streams_use_up_only_their_own_identitys_slots(mtls: Server,
 
     held = [attacker.SubmitUpdate.future(nothing(), timeout=60) for _ in range(2)]
     deadline = time.time() + 60
-    while mtls.state.open_calls[("p000", "SubmitUpdate")] < 2:  # both streams reached the server
+    while mtls.state.sessions.open_calls[("p000", "SubmitUpdate")] < 2:  # both streams reached the server
         assert time.time() < deadline, "the held streams never reached the coordinator"
         time.sleep(0.05)
     refused = [attacker.SubmitUpdate.future(nothing(), timeout=60) for _ in range(20)]
@@ -447,7 +449,7 @@ def test_a_participant_refused_for_capacity_sends_its_update_again(tmp_path: Pat
         for thread in threads:
             thread.start()
         outcome: list[str] = []
-        loop = threading.Thread(target=lambda: outcome.append(coordinator.run()))
+        loop = threading.Thread(target=lambda: outcome.append(str(coordinator.run())))
         loop.start()
         refused = ("fedsv_updates_rejected_total", {"reason": "too_many_streams"})
         deadline = time.time() + 120
@@ -518,13 +520,13 @@ def test_header_less_streams_with_a_stolen_session_token_hold_only_that_particip
         for thread in threads:
             thread.start()
         deadline = time.time() + 120
-        while coordinator.state.connected() < 2:
+        while coordinator.state.sessions.connected() < 2:
             assert time.time() < deadline, "the participants never subscribed"
             time.sleep(0.05)
         outcome: list[str] = []
-        loop = threading.Thread(target=lambda: outcome.append(coordinator.run()))
+        loop = threading.Thread(target=lambda: outcome.append(str(coordinator.run())))
         loop.start()
-        stolen = sender_metadata("p000", coordinator.state.participants["p000"].token)
+        stolen = sender_metadata("p000", coordinator.state.sessions.participants["p000"].token)
         calls = [thief.SubmitUpdate.future(nothing(), timeout=120, metadata=stolen) for _ in range(40)]
         codes: dict[grpc.StatusCode, int] = {}
         for call in calls:

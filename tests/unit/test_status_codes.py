@@ -7,16 +7,17 @@ from pathlib import Path
 
 import grpc
 
-from fedsv.coordinator import run_state
+from fedsv.coordinator import round_board, run_state, sessions
 from fedsv.coordinator.status_codes import STATUS_OF_REASON, status_of
 from fedsv.wire.codec import WIRE_ERROR_REASONS
 
 
 def _rejected_reasons() -> set[str]:
-    """The first argument of every Rejected(...) RunState raises."""
-    tree = ast.parse(Path(run_state.__file__).read_text())
+    """The first argument of every Rejected(...) the sessions and the round board raise."""
+    trees = [ast.parse(Path(str(module.__file__)).read_text()) for module in (sessions, round_board)]
     return {
         str(node.args[0].value)
+        for tree in trees
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
@@ -44,7 +45,7 @@ def _refused_reasons() -> set[str]:
 
 def test_every_reason_raised_has_a_status_code() -> None:
     reasons = _rejected_reasons()
-    assert len(reasons) >= 12, reasons  # the scan found RunState's refusals
+    assert len(reasons) >= 12, reasons  # the scan found the refusals
     refused = _refused_reasons()
     assert {"no_credential", "header_timeout", "sender_mismatch"} <= refused, refused
     missing = (reasons | refused | set(WIRE_ERROR_REASONS) | {"malformed"}) - set(STATUS_OF_REASON)

@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from fedsv.app.demo import DemoConfig, run_demo
 from fedsv.data.corruptions import parse_corruption
 from fedsv.fl.update_bounds import NormBound, bound_updates, round_bound, update_norm
 from fedsv.fl.updates import ClientUpdate
@@ -62,20 +61,3 @@ def test_scale_corruption_round_trips() -> None:
     assert parse_corruption("flip:0.1+scale:-3").describe() == "flip:0.1+scale:-3"
     with pytest.raises(ValueError, match="scale must be finite"):
         parse_corruption("scale:inf")
-
-
-def test_a_participant_scaling_its_delta_by_a_million_neither_stops_nor_steers_the_run() -> None:
-    settings = {
-        "participants": 6,
-        "fraction": 1.0,
-        "rounds": 3,
-        "epochs": 1,
-        "validation_size": 300,
-        "seed": 2,
-    }
-    honest = run_demo(DemoConfig(**settings, valuation="exact"))  # type: ignore[arg-type]
-    attacked = run_demo(DemoConfig(**settings, valuation="exact", corrupt="3=scale:1e6"))  # type: ignore[arg-type]
-    assert len(attacked.accuracies) == 3 and all(math.isfinite(a) for a in attacked.accuracies)
-    assert abs(attacked.accuracies[-1] - honest.accuracies[-1]) <= 0.02
-    totals = attacked.valuation.totals()["fedsv"]
-    assert totals["p003"] <= min(v for pid, v in totals.items() if pid != "p003")

@@ -1,0 +1,57 @@
+"""Where a restarted coordinator picks up: the checkpoint, the values so far, the rounds awaiting values."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.pending import PendingRound, PendingStore
+from fedsv.ledger import Ledger, decode_params, federated_valuation
+from fedsv.valuation import FederatedValuation
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunProgress:
+    """What the round loop starts from: w_t, the selection RNG's state (None: fresh from the seed), the
+    rounds completed, every value so far, and the committed rounds whose values are still to come."""
+
+    params: dict[str, Tensor]
+    rng_state: dict[str, Any] | None = None
+    completed: int = 0
+    accounting: FederatedValuation = field(default_factory=FederatedValuation)
+    backlog: list[PendingRound] = field(default_factory=list)
+
+
+def resume(
+    ledger: Ledger, store: PendingStore, metrics: CoordinatorMetrics, fresh: dict[str, Tensor]
+) -> RunProgress:
+    """The progress the ledger holds (a fresh run from `fresh`, w_0, when it holds none). Inputs of rounds
+    valued already, or never committed, are pruned; ValueError when a pending round's inputs are lost."""
+    checkpoint = ledger.last_checkpoint()
+    if checkpoint is None:
+        return RunProgress(fresh)
+    records = ledger.rounds()
+    accounting = federated_valuation(records, ledger.values())
+    metrics.restore(records, accounting.totals())
+    pending = ledger.pending_rounds()
+    store.prune(keep=set(pending))
+    progress = RunProgress(
+        decode_params(checkpoint.global_params),
+        json.loads(checkpoint.rng_state),
+        checkpoint.round,
+        accounting,
+        [store.load(number) for number in pending],
+    )
+    logger.info(
+        "resumed after round %d from the ledger's checkpoint; %d rounds await their values",
+        progress.completed,
+        len(pending),
+    )
+    return progress

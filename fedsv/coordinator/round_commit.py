@@ -1,0 +1,124 @@
+"""A finished round into the ledger: its record, values (when inline), updates, traffic and checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.pending import PendingRound, PendingStore
+from fedsv.coordinator.round_board import OpenRound
+from fedsv.coordinator.traffic import TrafficCounter
+from fedsv.ledger import (
+    Checkpoint,
+    Ledger,
+    RoundRecord,
+    RoundTimes,
+    TestScore,
+    TrafficRow,
+    UpdateRow,
+    build_round_record,
+    encode_params,
+    value_rows,
+)
+from fedsv.valuation import FederatedValuation, RoundValues
+
+logger = logging.getLogger(__name__)
+
+
+class PhaseClock:
+    """Wall-clock seconds of a round's consecutive phases."""
+
+    def __init__(self) -> None:
+        self.started = self._last = time.time()
+        self.phases: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.time()
+        self.phases[phase] = now - self._last
+        self._last = now
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What a round produced: the closed round, w_{t+1}, its values when valued inline (else its
+    valuation inputs, `pending`), the test score, one model copy's bytes, and its timings."""
+
+    closed: OpenRound
+    params: dict[str, Tensor]
+    values: RoundValues | None
+    pending: PendingRound | None
+    test: TestScore
+    model_bytes: int
+    aggregation_seconds: float
+    valuation_seconds: float
+    clock: PhaseClock
+
+
+class RoundCommitter:
+    """Commits rounds: one SQLite transaction each, a pending round's inputs on disk before it."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        store: PendingStore,
+        metrics: CoordinatorMetrics,
+        traffic: TrafficCounter,
+        accounting: FederatedValuation,
+    ) -> None:
+        self.ledger, self.store, self.metrics = ledger, store, metrics
+        self.traffic, self.accounting = traffic, accounting
+
+    def commit(self, result: RoundResult, rng_state: str) -> RoundRecord:
+        """Write the round, its values (unless pending), traffic, updates and checkpoint (w_{t+1} and
+        the selection RNG's state after the round) in one transaction; export it to the metrics."""
+        closed, values = result.closed, result.values
+        number = closed.round
+        taken = self.traffic.take(number)
+        traffic_rows = [TrafficRow(number, rpc, d, b, m) for (rpc, d), (b, m) in sorted(taken.items())]
+        times = RoundTimes(
+            started_at=result.clock.started,
+            finished_at=time.time(),
+            train_wait=result.clock.phases["train_wait"],
+            aggregation=result.aggregation_seconds,
+            valuation=result.valuation_seconds,
+            evaluation=result.clock.phases["evaluation"],
+            local_train=max((u.train_seconds for u in closed.received.values()), default=0.0),
+        )
+        record = build_round_record(
+            number,
+            closed.selected,
+            list(closed.received),
+            values,
+            traffic_rows,
+            result.model_bytes,
+            times,
+            result.test,
+        )
+        updates = [
+            UpdateRow(number, u.participant, u.num_samples, u.train_seconds)
+            for u in sorted(closed.received.values(), key=lambda u: u.participant)
+        ]
+        if result.pending is not None:
+            self.store.save(result.pending)
+        checkpoint = Checkpoint(number, encode_params(result.params), rng_state)
+        self.ledger.commit_round(
+            record, [] if values is None else value_rows(values), traffic_rows, checkpoint, updates
+        )
+        if values is None:
+            self.metrics.observe_training(record)
+        else:
+            self.metrics.observe_round(record, self.accounting.totals())
+        logger.info(
+            "round %d done: received %d/%d, accuracy %.4f, valuation %s %.2fs",
+            number,
+            len(record.received),
+            len(record.selected),
+            record.test_accuracy,
+            record.status if values is None else record.method,
+            record.valuation_seconds,
+        )
+        return record
