@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedsv.coordinator.config import RunConfig, check_port, check_positive, require
+from fedsv.config.checks import check_port, check_positive, require
+from fedsv.coordinator.config import RunConfig
 from fedsv.fl.ranks import block_of
 from fedsv.ledger import Ledger, RoundRecord
 from fedsv.security import certs

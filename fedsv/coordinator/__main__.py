@@ -8,8 +8,9 @@ import sys
 from collections.abc import Sequence
 
 from fedsv.config.flags import add_dataclass_args, build_configs, load_config_file
-from fedsv.coordinator.config import RunConfig, ServerConfig
+from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.server import serve
+from fedsv.coordinator.server_config import ServerConfig
 from fedsv.ledger import LedgerError
 
 

@@ -1,11 +1,11 @@
-"""The run's settings (shared by `fedsv launch` and `python -m fedsv.coordinator`), as dataclasses."""
+"""What a run trains and how it is valued (RunConfig), the same on every restart of the run."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fedsv.config.checks import check_positive, require
 from fedsv.data.corruptions import parse_corruption
 from fedsv.fl.aggregation import AggregationRule
 from fedsv.fl.ranks import parse_ranks
@@ -14,26 +14,9 @@ from fedsv.task.interface import LoadedTask
 from fedsv.task.sources import SimulationSettings, run_task
 from fedsv.valuation import ValuationSpec
 from fedsv.valuation.methods import METHODS
-from fedsv.wire.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES, MIN_CHUNK_BYTES
 
 VALUATION_METHODS = (*(m for m in METHODS if m != "random"), "none")
 """What a run may value with: any method but the random baseline (a study's reference), or none."""
-
-
-def require(ok: bool, name: str, rule: str, value: object) -> None:
-    """ValueError "NAME must be RULE, got VALUE" (one line naming the setting) unless `ok`."""
-    if not ok:
-        raise ValueError(f"{name} must be {rule}, got {value!r}")
-
-
-def check_port(name: str, value: int, off: bool = False) -> None:
-    """A TCP port 0..65535 (0: ephemeral), or -1 (off) where `off` is allowed."""
-    low = -1 if off else 0
-    require(low <= value <= 65535, name, f"a port in {low}..65535", value)
-
-
-def check_positive(name: str, value: float) -> None:
-    require(math.isfinite(value) and value > 0, name, "a positive finite number", value)
 
 
 DEFAULT_BUDGET_SECONDS = 0.25
@@ -231,134 +214,3 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """Where and how the coordinator serves; may change between restarts of a run."""
-
-    state_dir: str = field(
-        default="fedsv-state", metadata={"help": "directory of the ledger and checkpoints"}
-    )
-    host: str = field(default="0.0.0.0", metadata={"help": "address to bind gRPC and metrics to"})
-    port: int = field(default=50051, metadata={"help": "gRPC port (0 = ephemeral)"})
-    metrics_port: int = field(
-        default=9090, metadata={"help": "Prometheus metrics port (0 = ephemeral, -1 = off)"}
-    )
-    port_file: str = field(default="", metadata={"help": "write 'grpc_port metrics_port' here once serving"})
-    round_timeout: float = field(default=120.0, metadata={"help": "seconds a round waits for updates"})
-    quorum: float = field(default=0.5, metadata={"help": "fraction of the selected that must report"})
-    quorum_wait: float = field(default=300.0, metadata={"help": "extra seconds to wait for a quorum"})
-    join_timeout: float = field(default=600.0, metadata={"help": "seconds to wait for all participants"})
-    max_chunk_bytes: int = field(
-        default=DEFAULT_CHUNK_BYTES, metadata={"help": "largest chunk accepted, and the model's chunk size"}
-    )
-    max_update_bytes: int = field(
-        default=MAX_TENSOR_SET_BYTES, metadata={"help": "largest accepted update stream"}
-    )
-    credential: str = field(default="", metadata={"help": "shared join credential participants must present"})
-    tls_dir: str = field(
-        default="",
-        metadata={"help": "TLS: directory with ca.pem and coordinator.pem/.key (made by `fedsv certs`)"},
-    )
-    tls_client_auth: bool = field(
-        default=True,
-        metadata={"help": "with --tls-dir: require each participant's certificate (mTLS; default on)"},
-    )
-    insecure: bool = field(default=False, metadata={"help": "serve plaintext gRPC (no TLS); logs a warning"})
-    tokens_file: str = field(
-        default="", metadata={"help": "per-participant join tokens, lines 'pNNN TOKEN' (`fedsv certs`)"}
-    )
-    health_port: int = field(
-        default=50052,
-        metadata={"help": "plaintext port serving only the gRPC health service (0 = ephemeral, -1 = off)"},
-    )
-    max_tensors: int = field(default=1024, metadata={"help": "most tensors an update may announce"})
-    valuation_schedule: str = field(
-        default="pipelined",
-        metadata={"help": "pipelined (value round t while round t+1 trains) | inline (value, then go on)"},
-    )
-    valuation_device: str = field(
-        default="auto",
-        metadata={"help": "where round games compute: auto (CUDA when present) | cpu | cuda[:N]"},
-    )
-    valuation_precision: str = field(
-        default="fp32", metadata={"help": "fp32 | tf32 | bf16 (tf32 and bf16 may flip accuracy utilities)"}
-    )
-    valuation_queue: int = field(
-        default=2, metadata={"help": "pipelined: rounds that may wait for their values before rounds wait"}
-    )
-    max_samples_per_participant: int = field(
-        default=10_000_000, metadata={"help": "largest sample count a participant may declare at Join"}
-    )
-    max_streams_per_participant: int = field(
-        default=2,
-        metadata={"help": "concurrent Subscribe (and SubmitUpdate) calls of one participant"},
-    )
-    max_participants: int = field(
-        default=0,
-        metadata={"help": "participants that may hold a task stream at once (0 = the world size)"},
-    )
-    header_timeout: float = field(
-        default=10.0,
-        metadata={"help": "seconds an update stream may take to send its header (then DEADLINE_EXCEEDED)"},
-    )
-    linger: float = field(
-        default=3.0,
-        metadata={"help": "seconds to serve health and metrics after the run ends (-1: until SIGTERM)"},
-    )
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.quorum <= 1.0:
-            raise ValueError(f"quorum must be in (0, 1], got {self.quorum}")
-        check_positive("round_timeout", self.round_timeout)
-        check_positive("join_timeout", self.join_timeout)
-        check_positive("header_timeout", self.header_timeout)
-        require(self.max_participants >= 0, "max_participants", "0 or more", self.max_participants)
-        require(
-            math.isfinite(self.quorum_wait) and self.quorum_wait >= 0, "quorum_wait", ">= 0", self.quorum_wait
-        )
-        require(math.isfinite(self.linger) and self.linger >= -1, "linger", "-1 or more seconds", self.linger)
-        check_port("port", self.port)
-        check_port("metrics_port", self.metrics_port, off=True)
-        check_port("health_port", self.health_port, off=True)
-        require(self.max_update_bytes >= 1, "max_update_bytes", "at least 1", self.max_update_bytes)
-        require(
-            self.max_samples_per_participant >= 1,
-            "max_samples_per_participant",
-            "at least 1",
-            self.max_samples_per_participant,
-        )
-        if not MIN_CHUNK_BYTES <= self.max_chunk_bytes <= MAX_CHUNK_BYTES:
-            raise ValueError(
-                f"max_chunk_bytes must be between {MIN_CHUNK_BYTES} and {MAX_CHUNK_BYTES} "
-                "(just under the 4 MiB gRPC message limit)"
-            )
-        if self.max_tensors < 1 or self.max_streams_per_participant < 1:
-            raise ValueError("max_tensors and max_streams_per_participant must be at least 1")
-        if self.valuation_schedule not in ("pipelined", "inline"):
-            raise ValueError(
-                f"valuation_schedule must be pipelined or inline, got {self.valuation_schedule!r}"
-            )
-        if self.valuation_precision not in ("fp32", "tf32", "bf16"):
-            raise ValueError(
-                f"valuation_precision must be fp32, tf32 or bf16, not {self.valuation_precision!r}"
-            )
-        if self.valuation_queue < 1:
-            raise ValueError(f"valuation_queue must be at least 1, got {self.valuation_queue}")
-        if self.max_samples_per_participant < 1:
-            raise ValueError(
-                f"max_samples_per_participant must be at least 1, got {self.max_samples_per_participant}"
-            )
-        if self.tls_dir and self.insecure:
-            raise ValueError("choose one of --tls-dir and --insecure, not both")
-        if not self.tls_dir and not self.insecure:
-            raise ValueError(
-                "the coordinator needs --tls-dir DIR (TLS; create DIR with `fedsv certs`) "
-                "or, for plaintext on a trusted network, --insecure"
-            )
-        if self.tls_dir and not self.tls_client_auth and not self.tokens_file:
-            raise ValueError(
-                "--no-tls-client-auth needs --tokens-file: without client certificates, per-participant "
-                "tokens prove who submits"
-            )

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from fedsv.coordinator.config import RunConfig, ServerConfig
+from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.pending import PendingRound
 from fedsv.coordinator.resume import RunProgress
@@ -19,6 +19,7 @@ from fedsv.coordinator.round_step import step_round
 from fedsv.coordinator.run_end import FINISHED, STOPPED, EndKind, RunEnd
 from fedsv.coordinator.run_inputs import RunInputs
 from fedsv.coordinator.run_state import RunState
+from fedsv.coordinator.server_config import ServerConfig
 from fedsv.coordinator.valuation_worker import ValuationWorker
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import evaluate

@@ -14,7 +14,7 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
-from fedsv.coordinator.config import RunConfig, ServerConfig
+from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.grpc_server import SERVICE_NAME, CoordinatorServers
 from fedsv.coordinator.metrics import CoordinatorMetrics, serve_metrics, stop_metrics
 from fedsv.coordinator.pending import PendingStore
@@ -24,6 +24,7 @@ from fedsv.coordinator.round_loop import RoundLoop
 from fedsv.coordinator.run_end import RunEnd
 from fedsv.coordinator.run_inputs import RunInputs
 from fedsv.coordinator.run_state import RunState
+from fedsv.coordinator.server_config import ServerConfig
 from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
 from fedsv.coordinator.valuation_worker import ValuationWorker

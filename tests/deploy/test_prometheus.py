@@ -20,8 +20,8 @@ import grpc
 import pytest
 import yaml
 
-from fedsv.coordinator.config import ServerConfig
 from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.server_config import ServerConfig
 from fedsv.ledger import Ledger
 from fedsv.security.tls import channel_credentials
 from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc

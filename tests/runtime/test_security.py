@@ -19,13 +19,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from fedsv.coordinator.__main__ import main as coordinator_main
-from fedsv.coordinator.config import RunConfig, ServerConfig
+from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.grpc_server import CoordinatorServers
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.run_end import FINISHED
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.server import SERVICE_NAME, Coordinator
+from fedsv.coordinator.server_config import ServerConfig
 from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
 from fedsv.participant.__main__ import main as participant_main
