@@ -69,7 +69,7 @@ def build_round_record(
     bytes_up, bytes_down, messages_up, messages_down = traffic_totals(traffic)
     if values is None:
         method = "" if status is RoundStatus.PENDING else "none"
-        before = after = residual = valued_at = math.nan
+        before = after = residual = valued_at = max_stderr = math.nan
         evaluations = 0
     else:
         method, evaluations = values.method, values.evaluations
@@ -78,7 +78,7 @@ def build_round_record(
             values.utility_after,
             values.group_rationality_residual,
         )
-        valued_at = times.finished_at
+        valued_at, max_stderr = times.finished_at, values.max_stderr
     return RoundRecord(
         round=number,
         selected=list(selected),
@@ -106,4 +106,5 @@ def build_round_record(
         finished_at=times.finished_at,
         local_train_seconds=times.local_train,
         valued_at=valued_at,
+        max_stderr=max_stderr,
     )

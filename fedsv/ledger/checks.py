@@ -24,6 +24,9 @@ def check_values(n: int, received: Sequence[str], values: Sequence[ValueRow]) ->
             raise LedgerError(f"round {n}: value row {row} is not of a participant received in this round")
         if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in reals):
             raise LedgerError(f"round {n}: value row {row} holds a non-finite or non-numeric value")
+        error = row.fedsv_stderr
+        if not isinstance(error, (int, float)) or error < 0:  # NaN: not recorded; inf: unknown
+            raise LedgerError(f"round {n}: value row {row} holds a negative or non-numeric standard error")
 
 
 def check_commit(

@@ -26,6 +26,7 @@ class ValuationSummary:
     valuation_seconds: float
     group_rationality_residual: float
     valued_at: float
+    max_stderr: float
     status: RoundStatus = RoundStatus.VALUED
 
 
@@ -59,6 +60,7 @@ class RoundRecord:
     finished_at: float
     local_train_seconds: float = 0.0  # slowest received participant's own training time (its report)
     valued_at: float = math.nan  # when its values were committed; NaN while valuation is pending
+    max_stderr: float = math.nan  # the round's largest FedSV standard error (0 exact); NaN while pending
 
     @property
     def pending(self) -> bool:
@@ -92,6 +94,7 @@ class ValueRow:
     loo: float
     fedsv_normalized: float
     loo_normalized: float
+    fedsv_stderr: float = math.nan  # 0 where exact, inf where unknown; NaN: not recorded (older ledgers)
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,15 @@ import dataclasses
 import sqlite3
 from collections.abc import Callable
 
-from fedsv.ledger.records import RoundRecord, RoundStatus
+from fedsv.ledger.records import RoundRecord, RoundStatus, ValueRow
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version 2 added the updates table (each aggregated update's sample count) and the rounds' valued_at
 (when a round's values were committed: valuation may run behind the rounds). Version 3 added the
 rounds' status (pending, valued, not_valued), which older files spell as the method "pending" or
-"none". A coordinator migrates an older file when it opens it (MIGRATIONS); a reader reads it as is
+"none". Version 4 added each value's standard error (round_values.fedsv_stderr) and each round's
+largest (rounds.max_stderr); older rows read as not recorded (NULL), those of exact rounds as 0. A
+coordinator migrates an older file when it opens it (MIGRATIONS); a reader reads it as is
 (round_columns)."""
 
 STRICT = " STRICT" if sqlite3.sqlite_version_info >= (3, 37, 0) else ""
@@ -42,7 +44,7 @@ CREATE = [
     f"CREATE TABLE rounds ({_ROUND_COLUMNS}){STRICT}",
     "CREATE TABLE round_values (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
     "fedsv REAL NOT NULL, loo REAL NOT NULL, fedsv_normalized REAL NOT NULL, loo_normalized REAL NOT NULL, "
-    f"PRIMARY KEY (round, participant)){STRICT}",
+    f"fedsv_stderr REAL, PRIMARY KEY (round, participant)){STRICT}",
     "CREATE TABLE traffic (round INTEGER NOT NULL REFERENCES rounds(round), rpc TEXT NOT NULL, "
     "direction TEXT NOT NULL CHECK (direction IN ('up', 'down')), bytes INTEGER NOT NULL, "
     f"messages INTEGER NOT NULL, PRIMARY KEY (round, rpc, direction)){STRICT}",
@@ -71,7 +73,15 @@ def _to_3(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE rounds SET method = '' WHERE method = 'pending'")
 
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _to_2, 2: _to_3}
+def _to_4(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE round_values ADD COLUMN fedsv_stderr REAL")
+    conn.execute("ALTER TABLE rounds ADD COLUMN max_stderr REAL")
+    exact = "SELECT round FROM rounds WHERE method = 'exact'"
+    conn.execute(f"UPDATE round_values SET fedsv_stderr = 0 WHERE round IN ({exact})")
+    conn.execute("UPDATE rounds SET max_stderr = 0 WHERE method = 'exact'")
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4}
 """version -> the step that brings a file of that version to the next."""
 
 
@@ -87,10 +97,28 @@ def round_columns(version: int) -> str:
     stand_ins = {}
     if version < 2:
         stand_ins["valued_at"] = "NULL"
+    if version < 4:
+        stand_ins["max_stderr"] = "CASE method WHEN 'exact' THEN 0.0 END"
     if version < 3:
         stand_ins["status"] = _STATUS_OF_METHOD
         stand_ins["method"] = "CASE method WHEN 'pending' THEN '' ELSE method END"
     return ", ".join(stand_ins.get(name, name) for name, _ in ROUND_FIELDS)
+
+
+VALUE_FIELDS = [f.name for f in dataclasses.fields(ValueRow)]
+
+
+def value_columns(version: int) -> str:
+    """The SELECT list of ValueRow's fields for a file of `version`."""
+    stderr = "CASE WHEN round IN (SELECT round FROM rounds WHERE method = 'exact') THEN 0.0 END"
+    return ", ".join(stderr if name == "fedsv_stderr" and version < 4 else name for name in VALUE_FIELDS)
+
+
+def value_insert() -> str:
+    """INSERT of a ValueRow's fields by name."""
+    return (
+        f"INSERT INTO round_values ({', '.join(VALUE_FIELDS)}) VALUES ({', '.join('?' * len(VALUE_FIELDS))})"
+    )
 
 
 def round_insert() -> str:

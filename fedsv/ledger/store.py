@@ -30,6 +30,11 @@ __all__ = ["Ledger", "LedgerError"]
 SYNCHRONOUS = "FULL"
 
 
+def _value_row(row: ValueRow) -> tuple[Any, ...]:
+    """A value row as SQL parameters: a NaN (not recorded) is NULL."""
+    return tuple(None if isinstance(v, float) and math.isnan(v) else v for v in dataclasses.astuple(row))
+
+
 class Ledger:
     """One run's ledger at `path` in WAL mode: one writer thread; readers open their own read_only=True."""
 
@@ -163,9 +168,7 @@ class Ledger:
                 if record.round != last + 1:
                     raise LedgerError(f"round {record.round} does not follow the last recorded round {last}")
                 conn.execute(schema.round_insert(), row)
-                conn.executemany(
-                    "INSERT INTO round_values VALUES (?, ?, ?, ?, ?, ?)", map(dataclasses.astuple, values)
-                )
+                conn.executemany(schema.value_insert(), map(_value_row, values))
                 conn.executemany(
                     "INSERT INTO traffic VALUES (?, ?, ?, ?, ?)", map(dataclasses.astuple, traffic)
                 )
@@ -219,7 +222,12 @@ class Ledger:
 
     def values(self) -> list[ValueRow]:
         """Value rows by round; within a round in the order committed (the round's participant order)."""
-        return [ValueRow(*r) for r in self._query("SELECT * FROM round_values ORDER BY round, rowid")]
+        rows = self._query(
+            f"SELECT {schema.value_columns(self._version)} FROM round_values ORDER BY round, rowid"
+        )
+        return [
+            ValueRow(r[0], r[1], r[2], r[3], r[4], r[5], math.nan if r[6] is None else r[6]) for r in rows
+        ]
 
     def commit_values(self, number: int, values: Sequence[ValueRow], summary: ValuationSummary) -> None:
         """Record a pending round's values and its valuation fields, in one transaction.
@@ -245,9 +253,7 @@ class Ledger:
                     [None if isinstance(v, float) and math.isnan(v) else v for v in fields.values()]
                     + [number],
                 )
-                conn.executemany(
-                    "INSERT INTO round_values VALUES (?, ?, ?, ?, ?, ?)", map(dataclasses.astuple, values)
-                )
+                conn.executemany(schema.value_insert(), map(_value_row, values))
         except sqlite3.Error as exc:
             raise LedgerError(f"values of round {number} not recorded: {exc}") from exc
 

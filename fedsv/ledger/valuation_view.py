@@ -21,6 +21,7 @@ def value_rows(values: RoundValues) -> list[ValueRow]:
     if values.method == "none":  # valuation off: the round's utilities only
         return []
     fedsv_norm, loo_norm = normalized(values.fedsv), normalized(values.loo)
+    errors = np.full(len(values.participants), np.nan) if values.stderr is None else values.stderr
     return [
         ValueRow(
             values.round,
@@ -29,6 +30,7 @@ def value_rows(values: RoundValues) -> list[ValueRow]:
             float(values.loo[i]),
             float(fedsv_norm[i]),
             float(loo_norm[i]),
+            float(errors[i]),
         )
         for i, pid in enumerate(values.participants)
     ]
@@ -44,6 +46,7 @@ def valuation_summary(values: RoundValues, valued_at: float) -> ValuationSummary
         valuation_seconds=values.seconds,
         group_rationality_residual=values.group_rationality_residual,
         valued_at=valued_at,
+        max_stderr=values.max_stderr,
         status=status_of(values),
     )
 
@@ -74,6 +77,13 @@ def federated_valuation(records: Sequence[RoundRecord], rows: Sequence[ValueRow]
                 method=record.method,
                 evaluations=record.evaluations,
                 seconds=record.valuation_seconds,
+                stderr=_recorded([r.fedsv_stderr for r in round_rows]),
             )
         )
     return accounting
+
+
+def _recorded(errors: list[float]) -> np.ndarray | None:
+    """A round's standard errors as read back; None when the ledger did not record them."""
+    array = np.array(errors, dtype=np.float64)
+    return None if np.any(np.isnan(array)) else array

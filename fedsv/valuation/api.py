@@ -16,6 +16,7 @@ from fedsv.valuation.methods import REGISTRY, SAMPLING_METHODS
 from fedsv.valuation.permutation import permutation_budget
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.spec import ValuationSpec
+from fedsv.valuation.target import ToTarget
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +30,10 @@ class Plan:
     """How one game will be valued.
 
     method: the method that runs ("auto" resolved).
-    evaluations: distinct utility evaluations allowed (2^m for exact; the budget for sampling).
-    seconds_per_evaluation: the measured cost of one coalition, when a time budget was given.
+    evaluations: distinct utility evaluations allowed (2^m for exact; the budget, or with a target the
+        cap, for sampling).
+    seconds_per_evaluation: the measured cost of one coalition, when a time budget or a target was given.
+    target_stderr: a sampling method runs to this standard error (target.ToTarget); None: to its budget.
     """
 
     players: int
@@ -38,6 +41,7 @@ class Plan:
     method: str
     evaluations: int
     seconds_per_evaluation: float | None = None
+    target_stderr: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -46,13 +50,14 @@ class Plan:
     def from_dict(cls, data: dict[str, object]) -> Plan:
         """The plan to_dict() wrote; ValueError if it is not one."""
         try:
-            seconds = data.get("seconds_per_evaluation")
+            seconds, target = data.get("seconds_per_evaluation"), data.get("target_stderr")
             return cls(
                 players=int(data["players"]),  # type: ignore[call-overload]
                 requested=str(data["requested"]),
                 method=str(data["method"]),
                 evaluations=int(data["evaluations"]),  # type: ignore[call-overload]
                 seconds_per_evaluation=None if seconds is None else float(seconds),  # type: ignore[arg-type]
+                target_stderr=None if target is None else float(target),  # type: ignore[arg-type]
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a valuation plan: {data!r:.200}") from exc
@@ -60,6 +65,15 @@ class Plan:
     def replay(self, spec: ValuationSpec) -> ValuationSpec:
         """A spec that runs exactly this plan again with spec's seed, without measuring time: the same
         values as the run that made the plan (what a restarted coordinator needs)."""
+        if self.target_stderr is not None:  # the same target and cap: the stopping rule reads no clock
+            return dataclasses.replace(
+                spec,
+                method=self.method,
+                budget=None,
+                budget_seconds=None,
+                target_stderr=self.target_stderr,
+                max_evaluations=self.evaluations,
+            )
         budget = self.evaluations if self.method in SAMPLING_METHODS else spec.budget
         return dataclasses.replace(spec, method=self.method, budget=budget, budget_seconds=None)
 
@@ -94,10 +108,29 @@ def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: floa
     budget = evaluation_budget(m, spec, seconds_per_evaluation)
     method = spec.method
     if method == "auto":
-        fits = m <= spec.max_exact_players and 2**m <= budget
-        method = "exact" if fits else AUTO_SAMPLER
+        targeted = spec.targeted
+        affordable = exact_affordable(m, spec, seconds_per_evaluation) if targeted else 2**m <= budget
+        method = "exact" if m <= spec.max_exact_players and affordable else AUTO_SAMPLER
+    if spec.targeted and REGISTRY[method].sampling:
+        return Plan(
+            m,
+            spec.method,
+            method,
+            min(spec.max_evaluations, 2**m),
+            seconds_per_evaluation,
+            spec.target_stderr,
+        )
     evaluations = REGISTRY[method].planned_evaluations(m, budget, spec.settings())
     return Plan(m, spec.method, method, evaluations, seconds_per_evaluation)
+
+
+def exact_affordable(m: int, spec: ValuationSpec, seconds_per_evaluation: float | None) -> bool:
+    """Under an accuracy target, whether "auto" enumerates all 2^m coalitions: when they take at most
+    spec.exact_seconds at the measured cost per coalition, or, with no cost measured, when they are no
+    more than the evaluations a sampler may spend (spec.max_evaluations)."""
+    if seconds_per_evaluation is None:
+        return 2**m <= spec.max_evaluations
+    return 2**m * seconds_per_evaluation <= spec.exact_seconds
 
 
 def measure_cost(game: Game) -> float:
@@ -122,10 +155,12 @@ def measure_cost(game: Game) -> float:
 
 
 def plan_game(game: Game, spec: ValuationSpec) -> Plan:
-    """plan() for this game; with spec.budget_seconds the cost per coalition is measured on it first,
-    and the time the measuring took (the game's set-up included) comes off the time budget."""
+    """plan() for this game. With spec.budget_seconds the cost per coalition is measured on it first,
+    and the time the measuring took (the game's set-up included) comes off the time budget; with an
+    accuracy target and "auto" it is measured to decide whether exact enumeration is affordable."""
     if spec.budget_seconds is None:
-        result = plan(game.m, spec)
+        measure = spec.targeted and spec.method == "auto" and game.m <= spec.max_exact_players
+        result = plan(game.m, spec, measure_cost(game) if measure else None)
     else:
         started = time.perf_counter()
         cost = measure_cost(game)
@@ -138,7 +173,11 @@ def plan_game(game: Game, spec: ValuationSpec) -> Plan:
 
 def make_estimator(chosen: Plan, spec: ValuationSpec) -> Estimator:
     """The estimator object that carries out `chosen`."""
-    return REGISTRY[chosen.method].configured(chosen.evaluations, spec.settings())
+    sampler = REGISTRY[chosen.method]
+    if chosen.target_stderr is not None:  # each attempt's budget is a hard one
+        settings = dataclasses.replace(spec.settings(), capped=True)
+        return ToTarget(sampler, settings, chosen.target_stderr, chosen.evaluations)
+    return sampler.configured(chosen.evaluations, spec.settings())
 
 
 def run_spec(game: Game, spec: ValuationSpec) -> ValuationResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ class RoundValues:
     utility_before = U(I_1..t-1) (the round game's U(empty)); utility_after = U(I_1..t) (its U(all)).
     method: the Shapley method actually used; evaluations: distinct coalitions evaluated for both
     the estimator and leave-one-out; seconds: wall time of both.
+    stderr: the standard error of each FedSV value (0 where exact; infinite where unknown; None for a
+    round whose errors were not recorded). Leave-one-out values are exact.
     """
 
     round: int
@@ -43,6 +46,8 @@ class RoundValues:
     def __post_init__(self) -> None:
         self.fedsv = np.asarray(self.fedsv, dtype=np.float64)
         self.loo = np.asarray(self.loo, dtype=np.float64)
+        if self.stderr is not None:
+            self.stderr = np.asarray(self.stderr, dtype=np.float64)
         n = len(self.participants)
         if not all(isinstance(p, str) for p in self.participants):
             raise ValueError(f"round {self.round}: participant ids must be strings")
@@ -52,6 +57,13 @@ class RoundValues:
             raise ValueError(
                 f"round {self.round}: {n} participants but fedsv {self.fedsv.shape} and loo {self.loo.shape}"
             )
+        if self.stderr is not None and self.stderr.shape != (n,):
+            raise ValueError(f"round {self.round}: {n} participants but stderr {self.stderr.shape}")
+
+    @property
+    def max_stderr(self) -> float:
+        """The round's largest standard error (0 for exact values; NaN when not recorded)."""
+        return math.nan if self.stderr is None else float(np.max(self.stderr, initial=0.0))
 
     @property
     def group_rationality_residual(self) -> float:
@@ -99,15 +111,16 @@ def value_round(
         method=result.method,
         evaluations=game.evaluations - before,
         seconds=seconds,
-        stderr=result.stderr,
+        stderr=np.zeros(game.m) if result.stderr is None else result.stderr,
     )
     logger.info(
-        "round %d: %s over %d participants, %d evaluations, %.3fs, residual %.2e",
+        "round %d: %s over %d participants, %d evaluations, %.3fs, largest stderr %.2g, residual %.2e",
         rv.round,
         rv.method,
         game.m,
         rv.evaluations,
         seconds,
+        rv.max_stderr,
         rv.group_rationality_residual,
     )
     return rv
@@ -170,6 +183,24 @@ class FederatedValuation:
                 for pid, value in zip(rv.participants, vector, strict=True):
                     out[key][pid] += float(value)
         return out
+
+    def errors(self) -> dict[str, dict[str, float]]:
+        """Per participant, the standard error of each total in totals(): for FedSV the root of the
+        summed per-round variances (rounds are valued independently); LOO is exact (0). A normalized
+        total divides each round by a norm estimated from the same samples, whose error this does not
+        model: its error is 0 where every round it sums was exact, else unknown (NaN). A round whose
+        errors were not recorded makes the FedSV error unknown too."""
+        variance = dict.fromkeys(self.participants(), 0.0)
+        normalized = dict.fromkeys(self.participants(), 0.0)
+        for rv in self.per_round():
+            errors = np.full(len(rv.participants), np.nan) if rv.stderr is None else rv.stderr
+            for pid, error in zip(rv.participants, errors, strict=True):
+                variance[pid] += float(error) ** 2
+                if error != 0:
+                    normalized[pid] = math.nan
+        fedsv = {pid: math.sqrt(v) for pid, v in variance.items()}
+        zeros = dict.fromkeys(self.participants(), 0.0)
+        return {"fedsv": fedsv, "fedsv_normalized": normalized, "loo": zeros, "loo_normalized": dict(zeros)}
 
     def group_rationality_residuals(self) -> dict[int, float]:
         """Per round: sum_i s_t(i) - (U_after - U_before)."""

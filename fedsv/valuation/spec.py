@@ -15,6 +15,12 @@ from fedsv.valuation.monte_carlo import check_accuracy
 __all__ = ["METHODS", "SAMPLING_METHODS", "SHAPLEY_METHODS", "ValuationSpec", "check_method"]
 
 
+def _positive(value: object) -> bool:
+    return (
+        not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    )
+
+
 def check_method(method: str) -> None:
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {list(METHODS)}")
@@ -34,6 +40,11 @@ class ValuationSpec:
         sampling needs for P(max_i |s_i_hat - s_i| <= eps) >= 1 - delta by Hoeffding, valid when
         max U - min U <= utility_range. That guarantee is proved for "permutation" and
         "group_testing" only; docs/valuation.md gives the coverage measured for the others.
+    target_stderr: an accuracy target instead of a budget (absolute, in the utility's units): a
+        sampling method runs with doubling budgets until every value's standard error is at most this
+        (target.ToTarget), within `max_evaluations`; "auto" is exact whenever 2^m evaluations take at
+        most `exact_seconds` at the cost per coalition measured on the game, else samples to the
+        target. An explicit `budget` or `budget_seconds` takes precedence.
     seed: seeds the sampling methods and "random".
     max_exact_players: the largest game "exact" enumerates (and "auto" considers exact for).
     """
@@ -46,24 +57,29 @@ class ValuationSpec:
     max_exact_players: int = 20
     budget: int | None = None
     budget_seconds: float | None = None
+    target_stderr: float | None = None
+    max_evaluations: int = 100_000
+    exact_seconds: float = 120.0
 
     def __post_init__(self) -> None:
         check_method(self.method)
         check_accuracy(self.eps, self.delta, self.utility_range)
         check_budget(self.budget)
-        seconds = self.budget_seconds
-        if seconds is not None and (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, (int, float))
-            or not math.isfinite(seconds)
-            or seconds <= 0
-        ):
-            raise ValueError(f"budget_seconds must be a positive number of seconds, got {seconds!r}")
+        check_budget(self.max_evaluations, "max_evaluations")
+        for name in ("budget_seconds", "target_stderr", "exact_seconds"):
+            value = getattr(self, name)
+            if value is not None and not _positive(value):
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         players = self.max_exact_players
         if isinstance(players, bool) or not isinstance(players, int) or not 1 <= players <= HARD_MAX_PLAYERS:
             raise ValueError(f"max_exact_players must be an integer in 1..{HARD_MAX_PLAYERS}, got {players}")
+
+    @property
+    def targeted(self) -> bool:
+        """Sampling runs to target_stderr (no explicit budget or time budget takes precedence)."""
+        return self.target_stderr is not None and self.budget is None and self.budget_seconds is None
 
     def settings(self) -> Settings:
         """What a planned estimator is configured with (its evaluations come from the plan)."""

@@ -61,7 +61,11 @@ class StratumMeans:
 
     def estimate(self) -> Estimate:
         """Shapley values from the strata. A player's empty stratum takes the mean of all coalitions of
-        that size seen (the best guess without data on that player), or 0 if there are none."""
+        that size seen (the best guess without data on that player), or 0 if there are none.
+
+        The standard error is the root of the strata's summed variances of the mean (_variance_of_mean):
+        a stratum sampled fewer than twice borrows the spread of its size's strata; a size whose spread
+        was never measured makes the error unknown, stated as infinite rather than as zero."""
         m = self.m
         mean_in, var_in = _mean_var(self.count_in, self.sum_in, self.sq_in)
         mean_out, var_out = _mean_var(self.count_out, self.sum_out, self.sq_out)
@@ -73,12 +77,28 @@ class StratumMeans:
         mean_out = np.where(self.count_out > 0, mean_out, pooled[None, :])
         values = (mean_in[:, 1:].sum(axis=1) - mean_out[:, :m].sum(axis=1)) / m
         exact = np.array([s in self.exact_sizes for s in range(m + 1)])
-        var_in[:, exact], var_out[:, exact] = 0.0, 0.0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            se_in = np.where(self.count_in > 0, var_in / np.maximum(self.count_in, 1), 0.0)
-            se_out = np.where(self.count_out > 0, var_out / np.maximum(self.count_out, 1), 0.0)
+        se_in = _variance_of_mean(self.count_in, self.sum_in, self.sq_in, var_in, exact)
+        se_out = _variance_of_mean(self.count_out, self.sum_out, self.sq_out, var_out, exact)
         stderr = np.sqrt(se_in[:, 1:].sum(axis=1) + se_out[:, :m].sum(axis=1)) / m
         return Estimate(values, stderr)
+
+
+def _variance_of_mean(
+    count: FloatArray, total: FloatArray, squares: FloatArray, var: FloatArray, exact: npt.NDArray[np.bool_]
+) -> FloatArray:
+    """Per stratum (player, size) the variance of its mean: var / count, 0 for exact sizes.
+
+    A stratum with fewer than two samples has no spread of its own: it takes the pooled variance of
+    every player's stratum of that size (one sample's worth when it has none and its mean is the
+    pooled mean). Where no stratum of a sampled size has two samples, the variance is infinite.
+    """
+    pooled_count = count.sum(axis=0)
+    _, pooled_var = _mean_var(pooled_count, total.sum(axis=0), squares.sum(axis=0))
+    pooled_var = np.where(pooled_count >= 2, pooled_var, np.inf)
+    own = np.where(count >= 2, var, pooled_var[None, :])
+    out = own / np.maximum(count, 1.0)
+    out[:, exact] = 0.0
+    return np.asarray(out, dtype=np.float64)
 
 
 def _mean_var(count: FloatArray, total: FloatArray, squares: FloatArray) -> tuple[FloatArray, FloatArray]:

@@ -203,6 +203,9 @@ def test_update_rows_record_each_aggregated_count(ledger: Ledger) -> None:
 def _downgrade(path: Path, version: int) -> None:
     """Make a current ledger look like what a coordinator of schema `version` left."""
     with sqlite3.connect(path) as conn:
+        if version < 4:  # no standard errors
+            conn.execute("ALTER TABLE round_values DROP COLUMN fedsv_stderr")
+            conn.execute("ALTER TABLE rounds DROP COLUMN max_stderr")
         if version < 3:  # the status lived in the method: "pending" or "none"
             conn.execute("UPDATE rounds SET method = 'pending' WHERE status = 'pending'")
             conn.execute("UPDATE rounds SET method = 'none' WHERE status = 'not_valued'")
@@ -228,7 +231,7 @@ def test_a_schema_1_ledger_is_read_and_migrated(tmp_path: Path) -> None:
         assert ledger.updates() == []  # commit() records no update rows
         assert [r.status for r in ledger.rounds()] == [RoundStatus.VALUED] * 2
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
 
 
 def test_a_schema_2_ledger_reads_its_pending_rounds_by_method_and_migrates_them(tmp_path: Path) -> None:
@@ -245,3 +248,38 @@ def test_a_schema_2_ledger_reads_its_pending_rounds_by_method_and_migrates_them(
             records = ledger.rounds()
             assert [r.status for r in records] == [RoundStatus.VALUED, RoundStatus.PENDING]
             assert records[1].method == "" and ledger.pending_rounds() == [2]
+
+
+def test_a_schema_3_ledger_reads_exact_rounds_as_exact_and_others_as_not_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        commit(ledger, 1)  # make_record: method "exact"
+        sampled = dataclasses.replace(make_record(2), method="regression")
+        values, traffic = make_rows(sampled)
+        ledger.commit_round(sampled, values, traffic, Checkpoint(2, b"p", "{}"))
+    _downgrade(path, 3)
+    for read_only in (True, False):
+        with Ledger(path, read_only=read_only) as ledger:
+            by_round = {(v.round, v.participant): v.fedsv_stderr for v in ledger.values()}
+            assert all(e == 0.0 for (n, _), e in by_round.items() if n == 1)
+            assert all(math.isnan(e) for (n, _), e in by_round.items() if n == 2)
+            first, second = ledger.rounds()
+            assert first.max_stderr == 0.0 and math.isnan(second.max_stderr)
+
+
+def test_standard_errors_round_trip_including_unknown(ledger: Ledger) -> None:
+    record = make_record(1)
+    values, traffic = make_rows(record)
+    values = [
+        dataclasses.replace(values[0], fedsv_stderr=0.0125),
+        dataclasses.replace(values[1], fedsv_stderr=math.inf),
+    ]
+    ledger.commit_round(record, values, traffic, Checkpoint(1, b"p", "{}"))
+    assert [v.fedsv_stderr for v in ledger.values()] == [0.0125, math.inf]
+    bad = make_record(2)
+    rows, traffic = make_rows(bad)
+    with pytest.raises(LedgerError, match="standard error"):
+        ledger.commit_round(
+            bad, [dataclasses.replace(rows[0], fedsv_stderr=-1.0)], traffic, Checkpoint(2, b"p", "{}")
+        )

@@ -120,7 +120,19 @@ def test_the_budget_is_never_exceeded_and_is_used(name: str, m: int, budget: int
     result = ESTIMATORS[name](budget, 2).run(game)
     assert result.evaluations == game.evaluations <= min(budget, 2**m)
     assert result.evaluations >= min(budget, 2**m) * 0.9  # a budget is spent, not left idle
-    assert result.stderr is not None and np.all(np.isfinite(result.stderr))
+    assert result.stderr is not None
+    if budget > 2 * m + 2 or budget >= 2**m:
+        assert np.all(np.isfinite(result.stderr))
+    else:  # the border alone: the interior is guessed, not sampled, and its error is unknown
+        assert np.all(np.isinf(result.stderr))
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_a_size_never_sampled_twice_states_an_unknown_error_not_zero(name: str) -> None:
+    """A stratum without its own spread borrows its size's; a size without any spread is unknown."""
+    m = 12
+    result = ESTIMATORS[name](2 * m + 2 + 1, 0).run(TableGame(fedavg_like_table(m, 5)))
+    assert result.stderr is not None and np.all(np.isinf(result.stderr))
 
 
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
