@@ -96,14 +96,30 @@ def _bar(done: int, total: int, width: int = 20) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
+def format_stderr(stderr: float) -> str:
+    """A standard error for people: "exact" for 0, "unknown" where it is not known or not recorded."""
+    if stderr == 0:
+        return "exact"
+    return "unknown" if not math.isfinite(stderr) else f"max stderr {stderr:.4f}"
+
+
 def format_progress(record: RoundRecord, total_rounds: int) -> str:
     return (
         f"round {record.round:3d}/{total_rounds} {_bar(record.round, total_rounds)} "
         f"acc {record.test_accuracy:.3f}  U {record.utility_before:.3f}->{record.utility_after:.3f}  "
         f"received {len(record.received)}/{len(record.selected)}  "
-        f"valuation {record.method} {record.valuation_seconds:.2f}s ({record.evaluations} evals)  "
-        f"round {record.round_seconds:.1f}s"
+        f"valuation {record.method}: {record.evaluations} evals, {format_stderr(record.max_stderr)}, "
+        f"{record.valuation_seconds:.2f}s  round {record.round_seconds:.1f}s"
     )
+
+
+def format_backlog(records: list[RoundRecord], total_rounds: int) -> str | None:
+    """Once every round is trained and some still wait for their values, the line that says so."""
+    pending = [r.round for r in records if r.pending]
+    if len(records) < total_rounds or not pending:
+        return None
+    left = len(pending)
+    return f"all {total_rounds} rounds trained; valuing the backlog: {left} rounds (from round {pending[0]})"
 
 
 class Launch:
@@ -234,6 +250,7 @@ class Launch:
         """
         assert self.coordinator is not None
         shown = 0
+        backlog_shown = False
         dead: set[int] = set()
         deadline = time.time() + self.launch.timeout
         ledger_path = self.out / "ledger.sqlite"
@@ -241,10 +258,15 @@ class Launch:
             exited = self.coordinator.poll() is not None
             if ledger_path.exists():
                 with Ledger(ledger_path, read_only=True) as ledger:
-                    for record in ledger.rounds():  # a round's line once it has its values
-                        if record.round > shown and not record.pending:
-                            printer(format_progress(record, self.run.rounds))
-                            shown = record.round
+                    records = ledger.rounds()
+                for record in records:  # a round's line once it has its values
+                    if record.round > shown and not record.pending:
+                        printer(format_progress(record, self.run.rounds))
+                        shown = record.round
+                backlog = None if backlog_shown else format_backlog(records, self.run.rounds)
+                if backlog is not None:
+                    printer(backlog)
+                    backlog_shown = True
             if exited:
                 break
             if self.participants and not self._check_participants(dead, printer):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import math
@@ -22,7 +23,21 @@ from fedsv.valuation.rounds import TOTAL_KEYS
 logger = logging.getLogger(__name__)
 
 LEDGER_NAME = "ledger.sqlite"
-CSV_COLUMNS = ("participant", "rounds_selected", "num_samples", *TOTAL_KEYS, "rank_by_fedsv")
+CSV_COLUMNS = (
+    "participant",
+    "rounds_selected",
+    "num_samples",
+    *TOTAL_KEYS,
+    "fedsv_stderr",
+    "fedsv_normalized_stderr",
+    "rank_by_fedsv",
+    "separated_from_next",
+)
+"""values.csv: a participant's totals, the FedSV total's standard errors (empty: unknown), its rank, and
+whether its FedSV total is separated from the next rank's at 95%."""
+
+Z95 = 1.959964
+"""Two totals are separated at 95% when they differ by more than Z95 x their combined standard error."""
 
 
 def _num(x: float | None) -> float | None:
@@ -50,6 +65,9 @@ def _round_entry(rec: RoundRecord, rows: list[ValueRow], updates: list[UpdateRow
         "test_accuracy": _num(rec.test_accuracy),
         "test_loss": _num(rec.test_loss),
         "values": {r.participant: r.fedsv for r in rows},
+        "stderr": {r.participant: _num(r.fedsv_stderr) for r in rows},
+        "max_stderr": _num(rec.max_stderr),
+        "status": str(rec.status),
         "loo": {r.participant: r.loo for r in rows},
         "num_samples": {u.participant: u.num_samples for u in updates},
         "method": rec.method,
@@ -109,6 +127,9 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         "config": run[1],
         "rounds": [_round_entry(rec, rows_of[rec.round], updates_of[rec.round]) for rec in records],
         "totals": valuation.totals(),
+        "stderr": {
+            key: {pid: _num(e) for pid, e in errors.items()} for key, errors in valuation.errors().items()
+        },
         "final_accuracy": _num(records[-1].test_accuracy) if records else None,
         "traffic": traffic,
         "summary": {
@@ -125,8 +146,12 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
 
 
 def _ranked(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per participant (every one ever selected), best FedSV first; never valued = 0."""
-    totals = report["totals"]
+    """One row per participant (every one ever selected), best FedSV first; never valued = 0.
+
+    Each row's FedSV total comes with its standard error (None: unknown), and `separated_from_next` says
+    whether it differs from the next rank's by more than Z95 combined standard errors (None for the last).
+    """
+    totals, errors = report["totals"], report.get("stderr", {})
     selected: dict[str, int] = {}
     samples: dict[str, int] = {}  # the count each declared in the last round it was aggregated in
     for entry in report["rounds"]:
@@ -137,12 +162,23 @@ def _ranked(report: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = [
         {"participant": pid, "rounds_selected": selected.get(pid, 0), "num_samples": samples.get(pid)}
         | {key: float(totals[key].get(pid, 0.0)) for key in TOTAL_KEYS}
+        | {f"{key}_stderr": errors.get(key, {}).get(pid, 0.0) for key in ("fedsv", "fedsv_normalized")}
         for pid in ids
     ]
     rows.sort(key=lambda r: (-r["fedsv"], r["participant"]))
     for rank, row in enumerate(rows, start=1):
         row["rank_by_fedsv"] = rank
+    for row, below in itertools.zip_longest(rows, rows[1:]):
+        row["separated_from_next"] = None if below is None else separated(row, below)
     return rows
+
+
+def separated(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
+    """Whether two FedSV totals differ at 95%; None when either's error is unknown."""
+    if a["fedsv_stderr"] is None or b["fedsv_stderr"] is None:
+        return None
+    combined = math.hypot(a["fedsv_stderr"], b["fedsv_stderr"])
+    return abs(a["fedsv"] - b["fedsv"]) > Z95 * combined
 
 
 def _plot(report: dict[str, Any], path: Path) -> None:
@@ -197,8 +233,16 @@ def _bytes(n: float | None) -> str:
     return f"{n:.2f} GB"
 
 
+def _plus_minus(value: float, error: float | None, digits: int) -> str:
+    """ "0.12345 ± 0.00012"; "± 0" for an exact value; "± ?" where the error is unknown."""
+    if error is None:
+        return f"{value:.{digits}f} ± ?"
+    return f"{value:.{digits}f} ± {0 if error == 0 else f'{error:.{digits}f}':<{digits + 2}}"
+
+
 def format_table(report: dict[str, Any]) -> str:
-    """Participants ranked by FedSV with the four totals, under a header of accuracy and traffic."""
+    """Participants ranked by FedSV, each value beside its standard error, under a header of accuracy and
+    traffic; "~" marks a rank not separated from the next at 95%."""
     summary = report["summary"]
     accuracy = report["final_accuracy"]
     ratio = summary["bytes_ratio_to_minimum"]
@@ -210,16 +254,21 @@ def format_table(report: dict[str, Any]) -> str:
         + ("-" if ratio is None else f"{ratio:.3f}x")
         + f" the physical minimum of {_bytes(summary['physical_minimum_bytes_per_round'])}",
         "",
-        f"{'rank':>4}  {'participant':<12} {'rounds':>6} {'samples':>8} {'fedsv':>10} {'fedsv_norm':>10} "
-        f"{'loo':>10} {'loo_norm':>10}",
+        f"{'rank':>5}  {'participant':<12} {'rounds':>6} {'samples':>8} {'fedsv ± stderr':>20} "
+        f"{'fedsv_norm ± stderr':>20} {'loo':>9} {'loo_norm':>9}",
     ]
     corrupted = summary.get("corrupted", {})
-    for row in _ranked(report):
+    ranked = _ranked(report)
+    for row in ranked:
         mark = f"  (corrupted: {corrupted[row['participant']]})" if row["participant"] in corrupted else ""
         samples = "-" if row["num_samples"] is None else str(row["num_samples"])
+        rank = f"{row['rank_by_fedsv']:>4}{'~' if row['separated_from_next'] is False else ' '}"
         lines.append(
-            f"{row['rank_by_fedsv']:>4}  {row['participant']:<12} {row['rounds_selected']:>6} {samples:>8} "
-            f"{row['fedsv']:>10.5f} {row['fedsv_normalized']:>10.4f} {row['loo']:>10.5f} "
-            f"{row['loo_normalized']:>10.4f}{mark}"
+            f"{rank}  {row['participant']:<12} {row['rounds_selected']:>6} {samples:>8} "
+            f"{_plus_minus(row['fedsv'], row['fedsv_stderr'], 5):>20} "
+            f"{_plus_minus(row['fedsv_normalized'], row['fedsv_normalized_stderr'], 4):>20} "
+            f"{row['loo']:>9.5f} {row['loo_normalized']:>9.4f}{mark}"
         )
+    if any(row["separated_from_next"] is False for row in ranked):
+        lines.append("\n~ not separated from the next rank at 95% (difference within 1.96 combined stderr)")
     return "\n".join(lines)

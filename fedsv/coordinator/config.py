@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,9 +20,9 @@ VALUATION_METHODS = (*(m for m in METHODS if m != "random"), "none")
 """What a run may value with: any method but the random baseline (a study's reference), or none."""
 
 
-DEFAULT_BUDGET_SECONDS = 0.25
-"""Valuation time per round: below a participant's local training time at the demo's settings
-(about 0.2-0.3 s on 2 cores), so that valuation does not set the federation's pace."""
+DEFAULT_TARGET_STDERR = 0.002
+"""The accuracy a sampled value must reach, as a fraction of the utility's range: for accuracy, two
+validation images in a thousand."""
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,29 @@ class RunConfig:
         default=0,
         metadata={"help": "distinct utility evaluations per round for sampling (0 = from eps, delta)"},
     )
-    valuation_budget_seconds: float = field(
-        default=DEFAULT_BUDGET_SECONDS,
+    valuation_target_stderr: float = field(
+        default=DEFAULT_TARGET_STDERR,
         metadata={
-            "help": "valuation time per round, measured on the round's own game: auto is exact only if "
-            "2^m evaluations fit, else samples what fits (0 = no time budget; values then do not "
+            "help": "where auto is not exact, sample until every value's standard error is at most this "
+            "fraction of the utility's range (0 = the eps/delta budget instead)"
+        },
+    )
+    valuation_exact_seconds: float = field(
+        default=120.0,
+        metadata={
+            "help": "auto is exact when 2^m coalitions take at most this many seconds at the cost per "
+            "coalition measured on the round's own game"
+        },
+    )
+    valuation_max_evaluations: int = field(
+        default=100_000,
+        metadata={"help": "the most distinct evaluations a round's sampling to the target may use"},
+    )
+    valuation_budget_seconds: float = field(
+        default=0.0,
+        metadata={
+            "help": "a time budget per round instead of the target, measured on the round's own game: auto "
+            "is exact only if 2^m evaluations fit, else samples what fits (0 = none; values then do not "
             "depend on the machine)"
         },
     )
@@ -117,9 +136,16 @@ class RunConfig:
             raise ValueError(
                 f"valuation_budget must be 0 or at least 2 evaluations, got {self.valuation_budget}"
             )
-        seconds = self.valuation_budget_seconds
-        if not 0 <= seconds < float("inf"):
-            raise ValueError(f"valuation_budget_seconds must be 0 or a positive number, got {seconds}")
+        for name in ("valuation_budget_seconds", "valuation_target_stderr"):
+            value = getattr(self, name)
+            require(math.isfinite(value) and value >= 0, name, "0 or a positive number", value)
+        check_positive("valuation_exact_seconds", self.valuation_exact_seconds)
+        require(
+            self.valuation_max_evaluations >= 2,
+            "valuation_max_evaluations",
+            "at least 2",
+            self.valuation_max_evaluations,
+        )
         self.norm_bound()  # validates the update bound
         self.aggregation_rule()  # validates the aggregation
         self.valuation_spec(1)  # validates eps, delta and the budgets now, not in round 1
@@ -210,6 +236,9 @@ class RunConfig:
             seed=self.seed + round_number,
             budget=self.valuation_budget or None,
             budget_seconds=self.valuation_budget_seconds or None,
+            target_stderr=self.valuation_target_stderr or None,  # x the utility range, 1.0
+            max_evaluations=self.valuation_max_evaluations,
+            exact_seconds=self.valuation_exact_seconds,
         )
 
     def to_dict(self) -> dict[str, Any]:

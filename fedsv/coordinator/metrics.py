@@ -94,6 +94,20 @@ class CoordinatorMetrics:
             "Seconds from the last valued round's commit to its values' commit",
             registry=r,
         )
+        self.valuation_backlog_bytes = Gauge(
+            "fedsv_valuation_backlog_bytes",
+            "Bytes of the inputs of rounds waiting for their values",
+            registry=r,
+        )
+        self.participant_value_stderr = Gauge(
+            "fedsv_value_stderr",
+            "Standard error of the cumulative FedSV (0: exact; +Inf: unknown)",
+            ["participant"],
+            registry=r,
+        )
+        self.round_max_stderr = Gauge(
+            "fedsv_round_max_stderr", "Largest standard error of the last valued round's values", registry=r
+        )
         self.round_bytes = Gauge("fedsv_round_bytes", "Bytes of the last round", ["direction"], registry=r)
         self.round_bytes_ratio = Gauge(
             "fedsv_round_bytes_ratio_to_minimum",
@@ -114,13 +128,19 @@ class CoordinatorMetrics:
         self.participants_connected.set(n)
 
     # ------------------------------------------------------------------ per round
-    def observe_round(self, record: RoundRecord, cumulative: Mapping[str, Mapping[str, float]]) -> None:
+    def observe_round(
+        self,
+        record: RoundRecord,
+        cumulative: Mapping[str, Mapping[str, float]],
+        errors: Mapping[str, Mapping[str, float]] | None = None,
+    ) -> None:
         """A round committed with its values (inline valuation): both halves below.
 
-        `cumulative` is FederatedValuation.totals() after the round (keys "fedsv", "fedsv_normalized", ...).
+        `cumulative` is FederatedValuation.totals() after the round (keys "fedsv", "fedsv_normalized", ...)
+        and `errors` its errors() (the same keys).
         """
         self.observe_training(record)
-        self.observe_values(record, cumulative)
+        self.observe_values(record, cumulative, errors=errors)
 
     def observe_training(self, record: RoundRecord) -> None:
         """A committed round (its values may follow later): counters, histograms and its gauges."""
@@ -133,7 +153,11 @@ class CoordinatorMetrics:
         self._set_round_gauges(record)
 
     def observe_values(
-        self, record: RoundRecord, cumulative: Mapping[str, Mapping[str, float]], lag_rounds: int = 0
+        self,
+        record: RoundRecord,
+        cumulative: Mapping[str, Mapping[str, float]],
+        lag_rounds: int = 0,
+        errors: Mapping[str, Mapping[str, float]] | None = None,
     ) -> None:
         """A round's values committed (`record` with its valuation fields): valuation metrics and totals.
 
@@ -146,9 +170,14 @@ class CoordinatorMetrics:
         lag = record.valuation_lag_seconds
         self.valuation_lag_seconds.set(0.0 if math.isnan(lag) else max(0.0, lag))
         # Only the round's participants' totals moved: the others' gauges are not touched (O(m)).
-        self._set_value_gauges(record, cumulative, record.received)
+        self._set_value_gauges(record, cumulative, record.received, errors)
 
-    def restore(self, records: Sequence[RoundRecord], cumulative: Mapping[str, Mapping[str, float]]) -> None:
+    def restore(
+        self,
+        records: Sequence[RoundRecord],
+        cumulative: Mapping[str, Mapping[str, float]],
+        errors: Mapping[str, Mapping[str, float]] | None = None,
+    ) -> None:
         """After a coordinator restart: gauges from the ledger's last round and totals.
 
         Counters and histograms are left where they are (zero in a fresh process): they are not
@@ -158,7 +187,7 @@ class CoordinatorMetrics:
             self._set_round_gauges(max(records, key=lambda rec: rec.round))
             valued = [rec for rec in records if not rec.pending]
             if valued:
-                self._set_value_gauges(max(valued, key=lambda rec: rec.round), cumulative)
+                self._set_value_gauges(max(valued, key=lambda rec: rec.round), cumulative, None, errors)
             logger.info("metrics restored after round %d", max(rec.round for rec in records))
 
     def _set_round_gauges(self, record: RoundRecord) -> None:
@@ -177,18 +206,21 @@ class CoordinatorMetrics:
         record: RoundRecord,
         cumulative: Mapping[str, Mapping[str, float]],
         participants: Sequence[str] | None = None,
+        errors: Mapping[str, Mapping[str, float]] | None = None,
     ) -> None:
-        """The round's valuation gauges and the totals of `participants` (None: everyone's)."""
+        """The round's valuation gauges, and the totals and errors of `participants` (None: everyone's)."""
         self.valuation_last_seconds.set(record.valuation_seconds)
         self.group_rationality_residual.set(record.group_rationality_residual)
-        for key, gauge in (
-            ("fedsv", self.participant_fedsv),
-            ("fedsv_normalized", self.participant_fedsv_normalized),
-        ):
-            totals = cumulative.get(key, {})
-            for pid in totals if participants is None else participants:
-                if pid in totals:
-                    gauge.labels(participant=pid).set(totals[pid])
+        self.round_max_stderr.set(record.max_stderr)
+        series = [
+            (cumulative.get("fedsv", {}), self.participant_fedsv),
+            (cumulative.get("fedsv_normalized", {}), self.participant_fedsv_normalized),
+            ({} if errors is None else errors.get("fedsv", {}), self.participant_value_stderr),
+        ]
+        for values, gauge in series:
+            for pid in values if participants is None else participants:
+                if pid in values:
+                    gauge.labels(participant=pid).set(values[pid])
 
 
 def serve_metrics(registry: CollectorRegistry, host: str = "0.0.0.0", port: int = 0) -> tuple[Any, int]:

@@ -95,6 +95,13 @@ class PendingStore:
         updates = [ClientUpdate(u["participant"], u["delta"], int(u["num_samples"])) for u in blob["updates"]]
         return PendingRound(number, blob["params"], updates)
 
+    def size(self, number: int) -> int:
+        """Bytes of round `number`'s inputs on disk (0 when there are none)."""
+        try:
+            return self.path(number).stat().st_size
+        except FileNotFoundError:
+            return 0
+
     def remove(self, number: int) -> None:
         self.path(number).unlink(missing_ok=True)
         self.plan_path(number).unlink(missing_ok=True)

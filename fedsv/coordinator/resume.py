@@ -39,7 +39,7 @@ def resume(
         return RunProgress(fresh)
     records = ledger.rounds()
     accounting = federated_valuation(records, ledger.values())
-    metrics.restore(records, accounting.totals())
+    metrics.restore(records, accounting.totals(), accounting.errors())
     pending = ledger.pending_rounds()
     store.prune(keep=set(pending))
     progress = RunProgress(

@@ -144,7 +144,7 @@ class RoundLoop:
         result = self._step(closed, updates, clock, opened.task_header.total_bytes)
         self.committer.commit(result, json.dumps(self.rng.bit_generator.state))
         if result.pending is not None and self.worker is not None:
-            self.worker.submit(result.pending)
+            self.worker.submit(number)
         self.params, self.completed = result.params, number
         return None
 

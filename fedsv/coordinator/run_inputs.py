@@ -32,3 +32,16 @@ class RunInputs:
             samples = evaluation_samples(task, run.test_source, "test", run.simulation())
             test = EvalSet(samples.x, samples.y)
         return cls(task, model, EvalSet(validation.x, validation.y), test)
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What the valuation process loads for itself (valuation_process.ValuationSetup): the run's task,
+    its model and validation set, read again from the run's settings (a task's model class need not
+    pickle)."""
+
+    run: RunConfig
+
+    def load(self) -> tuple[nn.Module, EvalSet]:
+        inputs = RunInputs.load(self.run)
+        return inputs.model, inputs.validation

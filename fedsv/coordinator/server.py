@@ -22,7 +22,7 @@ from fedsv.coordinator.resume import resume
 from fedsv.coordinator.round_commit import RoundCommitter
 from fedsv.coordinator.round_loop import RoundLoop
 from fedsv.coordinator.run_end import RunEnd
-from fedsv.coordinator.run_inputs import RunInputs
+from fedsv.coordinator.run_inputs import RunInputs, RunSetup
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.coordinator.servicer import CoordinatorServicer
@@ -111,18 +111,18 @@ class Coordinator:
         worker = None
         if server.valuation_schedule == "pipelined" and run.valuation != "none":
             worker = ValuationWorker(
-                inputs.model,
-                inputs.validation,
+                RunSetup(run),
                 game,
                 run.valuation_spec,
                 progress.accounting,
                 self.ledger,
                 self.metrics,
                 store,
-                server.valuation_queue,
+                server.valuation_backlog_bytes,
+                server.valuation_threads,
             )
             for pending in progress.backlog:
-                worker.submit(pending)
+                worker.submit(pending.round)
         self.loop = RoundLoop(
             run, server, self.state, inputs, game, progress, committer, self.metrics, worker
         )

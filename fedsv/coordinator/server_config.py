@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 from fedsv.config.checks import check_port, check_positive, require
 from fedsv.wire.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES, MIN_CHUNK_BYTES
 
+DEFAULT_BACKLOG_BYTES = 4 * 2**30
+"""Inputs of rounds awaiting values that may sit on disk before rounds wait (4 GiB: hundreds of rounds
+of the paper's models)."""
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -61,8 +65,15 @@ class ServerConfig:
     valuation_precision: str = field(
         default="fp32", metadata={"help": "fp32 | tf32 | bf16 (tf32 and bf16 may flip accuracy utilities)"}
     )
-    valuation_queue: int = field(
-        default=2, metadata={"help": "pipelined: rounds that may wait for their values before rounds wait"}
+    valuation_backlog_bytes: int = field(
+        default=DEFAULT_BACKLOG_BYTES,
+        metadata={
+            "help": "pipelined: bytes of inputs of rounds awaiting values kept on disk before rounds wait"
+        },
+    )
+    valuation_threads: int = field(
+        default=0,
+        metadata={"help": "torch threads of the idle-priority valuation process (0 = the coordinator's)"},
     )
     max_samples_per_participant: int = field(
         default=10_000_000, metadata={"help": "largest sample count a participant may declare at Join"}
@@ -120,8 +131,13 @@ class ServerConfig:
             raise ValueError(
                 f"valuation_precision must be fp32, tf32 or bf16, not {self.valuation_precision!r}"
             )
-        if self.valuation_queue < 1:
-            raise ValueError(f"valuation_queue must be at least 1, got {self.valuation_queue}")
+        require(
+            self.valuation_backlog_bytes >= 1,
+            "valuation_backlog_bytes",
+            "at least 1",
+            self.valuation_backlog_bytes,
+        )
+        require(self.valuation_threads >= 0, "valuation_threads", "0 or more", self.valuation_threads)
         if self.max_samples_per_participant < 1:
             raise ValueError(
                 f"max_samples_per_participant must be at least 1, got {self.max_samples_per_participant}"

@@ -1,55 +1,72 @@
-"""Background valuation: values committed rounds in round order while the next rounds train."""
+"""Background valuation: committed rounds, in round order, valued by an idle-priority process, then recorded.
+
+The worker lags rather than degrades: rounds wait for their values on disk (pending.PendingStore), as
+many as `backlog_bytes` of inputs hold, and the round loop holds back only when that bound is reached.
+Each round is valued to the run's accuracy target or exactly, however long the backlog; after the
+last round the run finishes the backlog before it reports.
+"""
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import logging
+import multiprocessing
 import queue
 import threading
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 
-from torch import nn
+import torch
 
 from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.pending import PendingRound, PendingStore
-from fedsv.fl.evaluation import EvalSet
+from fedsv.coordinator.pending import PendingStore
+from fedsv.coordinator.server_config import DEFAULT_BACKLOG_BYTES
+from fedsv.coordinator.valuation_process import Done, Failed, Job, Settings, ValuationSetup, serve
 from fedsv.ledger import Ledger, valuation_summary, value_rows
 from fedsv.valuation import FederatedValuation, ValuationSpec
-from fedsv.valuation.round_valuation import GameSettings, value_updates
+from fedsv.valuation.round_valuation import GameSettings
 
 logger = logging.getLogger(__name__)
 
 
 class ValuationWorker:
-    """One thread that values the rounds handed to it, commits their values and drops their inputs.
+    """One thread that hands the rounds submitted to it to the valuation process, one at a time in
+    round order, commits each round's values, adds them to `accounting` and drops their inputs.
 
-    Rounds are valued in the order they are submitted (round order). The round loop holds back while
-    `capacity` rounds wait (wait_for_room), and waits for the backlog at the end of the run (drain).
-    A valuation that fails stops the worker: later rounds stay pending, in the ledger and on disk, and
-    a restarted coordinator values them again.
+    The process starts with the first round. A valuation that fails stops the worker: later rounds stay
+    pending, in the ledger and on disk, and a restarted coordinator values them again.
     """
 
     def __init__(
         self,
-        model: nn.Module,
-        validation: EvalSet,
+        setup: ValuationSetup,
         game_settings: GameSettings,
         spec_of: Callable[[int], ValuationSpec | None],
         accounting: FederatedValuation,
         ledger: Ledger,
         metrics: CoordinatorMetrics,
         store: PendingStore,
-        capacity: int,
+        backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
+        threads: int = 0,
     ) -> None:
-        # Its own copy of the model: the round loop evaluates the global model at the same time.
-        self._model = copy.deepcopy(model)
-        self._validation, self._game_settings, self._spec_of = validation, game_settings, spec_of
-        self._accounting, self._ledger, self._metrics, self._store = accounting, ledger, metrics, store
-        self.capacity = capacity
-        self._jobs: queue.Queue[PendingRound | None] = queue.Queue()
+        self._settings = Settings(
+            setup,
+            str(store.directory),
+            game_settings,
+            threads or torch.get_num_threads(),
+            logger.getEffectiveLevel(),
+        )
+        self._spec_of, self._accounting, self._ledger = spec_of, accounting, ledger
+        self._metrics, self._store = metrics, store
+        self.backlog_bytes = backlog_bytes
+        self._jobs: queue.Queue[int | None] = queue.Queue()
         self._changed = threading.Condition()
-        self._outstanding = 0
+        self._sizes: dict[int, int] = {}  # outstanding rounds -> bytes of their inputs on disk
+        self._closing = threading.Event()
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
         self.error = ""
         self._thread = threading.Thread(target=self._run, name="valuation", daemon=True)
         self._thread.start()
@@ -57,84 +74,126 @@ class ValuationWorker:
     @property
     def outstanding(self) -> int:
         with self._changed:
-            return self._outstanding
+            return len(self._sizes)
 
-    def submit(self, pending: PendingRound) -> None:
+    @property
+    def outstanding_bytes(self) -> int:
         with self._changed:
-            self._outstanding += 1
-            self._metrics.valuation_queue_depth.set(self._outstanding)
-        self._jobs.put(pending)
+            return sum(self._sizes.values())
+
+    def submit(self, number: int) -> None:
+        """Value round `number`, whose inputs the store holds."""
+        size = self._store.size(number)
+        with self._changed:
+            self._sizes[number] = size
+            self._metrics.valuation_queue_depth.set(len(self._sizes))
+            self._metrics.valuation_backlog_bytes.set(sum(self._sizes.values()))
+        self._jobs.put(number)
 
     def _wait(self, done: Callable[[], bool], stop: threading.Event) -> bool:
         with self._changed:
-            while not done():
-                if stop.is_set() or self.error:
+            while not self.error and not done():
+                if stop.is_set():
                     return False
                 self._changed.wait(timeout=0.2)
-        return True
+            return not self.error
 
     def wait_for_room(self, stop: threading.Event) -> bool:
-        """Block while `capacity` rounds wait for their values; False on stop or a failed valuation."""
-        return self._wait(lambda: self._outstanding < self.capacity, stop)
+        """Block while the backlog's inputs take `backlog_bytes` or more; False on stop or a failure."""
+        return self._wait(lambda: not self._sizes or sum(self._sizes.values()) < self.backlog_bytes, stop)
 
-    def drain(self, stop: threading.Event) -> bool:
-        """Block until every submitted round has its values; False on stop or a failed valuation."""
-        return self._wait(lambda: self._outstanding == 0, stop)
+    def drain(self, stop: threading.Event, progress: Callable[[int], None] | None = None) -> bool:
+        """Block until every submitted round has its values (`progress` sees the rounds left as they
+        fall); False on stop or a failed valuation."""
+        last = -1
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Let the thread end after the round it is valuing (if any); the rest stays pending."""
-        while True:  # drop what has not started: it stays pending on disk and in the ledger
-            try:
-                self._jobs.get_nowait()
-            except queue.Empty:
-                break
+        def done() -> bool:
+            nonlocal last
+            if progress is not None and len(self._sizes) != last:
+                last = len(self._sizes)
+                progress(last)
+            return not self._sizes
+
+        return self._wait(done, stop)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop: the round being valued (if any) is abandoned; it and the rest stay pending on disk."""
+        self._closing.set()
         self._jobs.put(None)
         self._thread.join(timeout)
+        process = self._process
+        if process is not None and process.is_alive():
+            process.terminate()
+            process.join(timeout)
 
+    # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            try:
-                self._value(job)
-            except Exception as exc:  # never lose the coordinator to one round's valuation
-                logger.exception("valuation of round %d failed; it and later rounds stay pending", job.round)
-                with self._changed:
-                    self.error = f"valuation of round {job.round} failed: {exc}"
-                    self._changed.notify_all()
-                return
+        try:
+            while not self._closing.is_set():
+                number = self._jobs.get()
+                if number is None:
+                    break
+                self._value(number)
+        except Exception as exc:  # never lose the coordinator to one round's valuation
+            logger.exception("valuation stopped; the rounds left stay pending")
+            with self._changed:
+                self.error = str(exc)
+                self._changed.notify_all()
+        finally:
+            if self._conn is not None:
+                with contextlib.suppress(OSError):
+                    self._conn.send(None)
 
-    def _value(self, job: PendingRound) -> None:
+    def _start(self) -> Connection:
+        """The valuation process, started on first use (spawned: a fresh interpreter)."""
+        if self._conn is None:
+            context = multiprocessing.get_context("spawn")
+            parent, child = context.Pipe()
+            self._process = context.Process(
+                target=serve, args=(child, self._settings), name="fedsv-valuation"
+            )
+            self._process.daemon = True
+            self._process.start()
+            child.close()
+            self._conn = parent
+        return self._conn
+
+    def _value(self, number: int) -> None:
         started = time.time()
-        spec = self._spec_of(job.round)
-        kept = self._store.load_plan(job.round)
+        spec = self._spec_of(number)
+        kept = self._store.load_plan(number)
         if spec is not None and kept is not None:  # valued before a restart: the same plan, the same values
             spec = kept.replay(spec)
-        values = value_updates(
-            self._model,
-            job.params,
-            job.updates,
-            self._validation,
-            job.round,
-            spec,
-            self._accounting,
-            self._game_settings,
-            on_plan=None if kept is not None else (lambda plan: self._store.save_plan(job.round, plan)),
-        )
-        self._ledger.commit_values(job.round, value_rows(values), valuation_summary(values, time.time()))
-        self._store.remove(job.round)
+        conn = self._start()
+        conn.send(Job(number, spec, keep_plan=kept is None))
+        while not conn.poll(0.2):
+            if self._closing.is_set():
+                return
+            if self._process is not None and not self._process.is_alive():
+                raise RuntimeError(f"the valuation process died valuing round {number}")
+        reply = conn.recv()
+        if isinstance(reply, Failed):
+            raise RuntimeError(f"valuation of round {number} failed: {reply.error}")
+        assert isinstance(reply, Done) and reply.round == number, reply
+        values = reply.values
+        self._ledger.commit_values(number, value_rows(values), valuation_summary(values, time.time()))
+        self._accounting.add_round(values)
+        self._store.remove(number)
         with self._changed:
-            self._outstanding -= 1
-            backlog = self._outstanding
+            self._sizes.pop(number, None)
+            backlog = len(self._sizes)
             self._metrics.valuation_queue_depth.set(backlog)
+            self._metrics.valuation_backlog_bytes.set(sum(self._sizes.values()))
             self._changed.notify_all()
-        record = self._ledger.round_record(job.round)
-        self._metrics.observe_values(record, self._accounting.totals(), lag_rounds=backlog)
+        record = self._ledger.round_record(number)
+        totals, errors = self._accounting.totals(), self._accounting.errors()
+        self._metrics.observe_values(record, totals, lag_rounds=backlog, errors=errors)
         logger.info(
-            "round %d valued: %s %.2fs, %.2fs after its commit",
-            job.round,
+            "round %d valued: %s, %d evaluations, largest stderr %.2g, %.2fs, %.2fs after its commit",
+            number,
             values.method,
+            values.evaluations,
+            values.max_stderr,
             time.time() - started,
             record.valuation_lag_seconds,
         )

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from fedsv.app.launch import Launch, LaunchConfig
-from fedsv.coordinator.config import DEFAULT_BUDGET_SECONDS, RunConfig
+from fedsv.coordinator.config import DEFAULT_TARGET_STDERR, RunConfig
 
 
 def test_selection_parses_every_round_into_sorted_ranks() -> None:
@@ -41,8 +41,11 @@ def test_valuation_budgets_reach_the_spec_and_bad_ones_are_named() -> None:
     spec = RunConfig(valuation="svarm", valuation_budget=500, valuation_budget_seconds=0).valuation_spec(3)
     assert spec is not None
     assert (spec.method, spec.budget, spec.budget_seconds, spec.seed) == ("svarm", 500, None, 3)
-    timed = RunConfig().valuation_spec(1)
-    assert timed is not None and timed.budget is None and timed.budget_seconds == DEFAULT_BUDGET_SECONDS
+    default = RunConfig().valuation_spec(1)
+    assert default is not None and default.budget is None and default.budget_seconds is None
+    assert default.target_stderr == DEFAULT_TARGET_STDERR and default.targeted
+    timed = RunConfig(valuation_budget_seconds=0.5).valuation_spec(1)
+    assert timed is not None and timed.budget_seconds == 0.5 and not timed.targeted
     for kwargs, name in [
         ({"valuation_budget": 1}, "valuation_budget"),
         ({"valuation_budget": -5}, "valuation_budget"),
@@ -50,6 +53,9 @@ def test_valuation_budgets_reach_the_spec_and_bad_ones_are_named() -> None:
         ({"valuation_budget_seconds": float("nan")}, "valuation_budget_seconds"),
         ({"valuation_budget_seconds": float("inf")}, "valuation_budget_seconds"),
         ({"valuation": "shapiq"}, "valuation must be one of"),
+        ({"valuation_target_stderr": -0.1}, "valuation_target_stderr"),
+        ({"valuation_exact_seconds": 0.0}, "valuation_exact_seconds"),
+        ({"valuation_max_evaluations": 1}, "valuation_max_evaluations"),
     ]:
         with pytest.raises(ValueError, match=name):
             RunConfig(**kwargs)  # type: ignore[arg-type]

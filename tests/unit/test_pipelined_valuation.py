@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.pending import PendingRound, PendingStore
+from fedsv.coordinator.valuation_process import GivenSetup
 from fedsv.coordinator.valuation_worker import ValuationWorker
 from fedsv.fl.evaluation import EvalSet
 from fedsv.fl.state import params_of
@@ -77,10 +78,10 @@ def test_a_round_left_pending_by_a_kill_gets_the_same_values_from_a_new_worker(t
         metrics = CoordinatorMetrics(CollectorRegistry())
         accounting = FederatedValuation()
         worker = ValuationWorker(
-            model, validation, GameSettings(), _spec, accounting, ledger, metrics, store, 2
+            GivenSetup(model, validation), GameSettings(), _spec, accounting, ledger, metrics, store
         )
         for number in ledger.pending_rounds():
-            worker.submit(store.load(number))
+            worker.submit(number)
         assert worker.drain(threading.Event()), worker.error
         worker.close()
         assert ledger.pending_rounds() == [] and not list(store.directory.glob("round-*.pt"))
@@ -112,9 +113,9 @@ def test_a_failed_valuation_stops_the_worker_and_leaves_the_round_pending(tmp_pa
         _commit_pending(ledger, 1)
         metrics = CoordinatorMetrics(CollectorRegistry())
         worker = ValuationWorker(
-            model, validation, GameSettings(), _spec, FederatedValuation(), ledger, metrics, store, 1
+            GivenSetup(model, validation), GameSettings(), _spec, FederatedValuation(), ledger, metrics, store
         )
-        worker.submit(store.load(1))
+        worker.submit(1)
         assert not worker.drain(threading.Event())
         assert "valuation of round 1 failed" in worker.error
         assert not worker.wait_for_room(threading.Event())  # the round loop stops instead of waiting
@@ -169,17 +170,15 @@ def test_a_time_budgeted_round_is_valued_again_with_the_plan_it_had(tmp_path: Pa
         ledger.ensure_run("run-1", CONFIG)
         _commit_pending(ledger, 1)
         worker = ValuationWorker(
-            model,
-            validation,
+            GivenSetup(model, validation),
             GameSettings(),
             timed_spec,
             FederatedValuation(),
             ledger,
             CoordinatorMetrics(CollectorRegistry()),
             store,
-            1,
         )
-        worker.submit(store.load(1))
+        worker.submit(1)
         assert worker.drain(threading.Event()), worker.error
         worker.close()
         (record,), rows = ledger.rounds(), ledger.values()
