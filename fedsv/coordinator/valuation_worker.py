@@ -72,6 +72,11 @@ class ValuationWorker:
         self._thread.start()
 
     @property
+    def process_pid(self) -> int | None:
+        """The valuation process's pid once it started (None before the first round)."""
+        return None if self._process is None else self._process.pid
+
+    @property
     def outstanding(self) -> int:
         with self._changed:
             return len(self._sizes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.error
 import urllib.request
 
@@ -126,3 +127,14 @@ def test_serve_metrics_on_an_ephemeral_port() -> None:
         stop_metrics(server)
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_every_total_exports_its_standard_error() -> None:
+    registry = CollectorRegistry()
+    metrics = CoordinatorMetrics(registry)
+    record = make_record(1)  # received p000, p001
+    errors = {"fedsv": {"p000": 0.004, "p001": float("inf")}}
+    metrics.observe_round(dataclasses.replace(record, max_stderr=0.004), TOTALS, errors)
+    assert value(registry, "fedsv_value_stderr", participant="p000") == 0.004
+    assert value(registry, "fedsv_value_stderr", participant="p001") == float("inf")  # unknown
+    assert value(registry, "fedsv_round_max_stderr") == 0.004

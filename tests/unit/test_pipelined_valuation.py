@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import threading
 from pathlib import Path
 
@@ -213,3 +214,50 @@ def test_the_worker_keeps_a_plan_while_it_values_and_a_torn_plan_is_planned_anew
     assert store.load_plan(number) is None
     store.prune(keep=set())
     assert not store.plan_path(number).exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_rounds_are_valued_by_an_idle_priority_process_and_wait_only_on_a_full_backlog(
+    tmp_path: Path,
+) -> None:
+    model, validation = build_model("mlp", (1, 28, 28), seed=0), _validation()
+    store = PendingStore(tmp_path / "pending")
+    stop, stopped = threading.Event(), threading.Event()
+    stopped.set()
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        metrics = CoordinatorMetrics(CollectorRegistry())
+        store.save(_round(1))
+        _commit_pending(ledger, 1)
+        size = store.size(1)
+        setup, accounting = GivenSetup(model, validation), FederatedValuation()
+        worker = ValuationWorker(
+            setup,
+            GameSettings(),
+            _spec,
+            accounting,
+            ledger,
+            metrics,
+            store,
+            backlog_bytes=size + 1,
+            threads=1,
+        )
+        try:
+            assert worker.wait_for_room(stop)  # nothing waiting: room
+            worker.submit(1)
+            assert worker.outstanding_bytes == size
+            assert worker.wait_for_room(stop)  # below the bound: rounds go on while round 1 waits
+            store.save(_round(2))
+            _commit_pending(ledger, 2)
+            worker.submit(2)  # two rounds' inputs are over the bound: the next round would wait
+            assert not worker.wait_for_room(stopped)
+            assert (metrics.registry.get_sample_value("fedsv_valuation_backlog_bytes") or 0) >= size
+            assert worker.drain(stop), worker.error
+            assert worker.wait_for_room(stop) and worker.outstanding_bytes == 0
+            pid = worker.process_pid
+            assert pid is not None and os.sched_getscheduler(pid) == os.SCHED_IDLE
+        finally:
+            worker.close()
+        assert ledger.pending_rounds() == []
+        errors = [r.fedsv_stderr for r in ledger.values()]
+    assert errors and all(e == 0.0 for e in errors)  # exact rounds: no error

@@ -30,6 +30,7 @@ ROUND_KEYS = {
     "group_rationality_residual",
 }
 # fmt: on
+STDERR = {3: [0.003, 0.001]}  # round 3 was sampled; rounds 1 and 2 exact
 CONFIG = {"rounds": 3, "participants": 5, "corrupt": "2=flip:0.5"}
 PARTICIPANTS = ["p000", "p001", "p002", "p003", "p004"]  # p004 was selected once and never delivered
 
@@ -50,13 +51,18 @@ def run_dir(tmp_path: Path) -> tuple[Path, FederatedValuation]:
             base = make_record(n, selected, received)
             after = base.utility_before + sum(fedsv)
             record = type(base)(**{**base.__dict__, "utility_after": after})
+            errors = STDERR.get(n, [0.0] * len(received))
+            method = "regression" if n in STDERR else "exact"
+            record = type(base)(**{**record.__dict__, "method": method, "max_stderr": max(errors)})
             rv = RoundValues(
-                n, received, np.array(fedsv), np.array(loo), base.utility_before, after, "exact", 8, 0.01
-            )
+                n, received, np.array(fedsv), np.array(loo), base.utility_before, after, method, 8, 0.01,
+                np.array(errors),
+            )  # fmt: skip
             expected.add_round(rv)
             fn, ln = normalized(fedsv), normalized(loo)
             values = [
-                ValueRow(n, p, fedsv[i], loo[i], float(fn[i]), float(ln[i])) for i, p in enumerate(received)
+                ValueRow(n, p, fedsv[i], loo[i], float(fn[i]), float(ln[i]), errors[i])
+                for i, p in enumerate(received)
             ]
             traffic = [
                 TrafficRow(n, "SubmitUpdate", "up", record.bytes_up, 3),
@@ -103,7 +109,8 @@ def test_write_outputs_and_table(run_dir: tuple[Path, FederatedValuation]) -> No
         rows = list(csv.DictReader(handle))
     assert sorted(r["participant"] for r in rows) == PARTICIPANTS
     assert list(rows[0]) == ["participant", "rounds_selected", "num_samples", "fedsv", "fedsv_normalized",
-                             "loo", "loo_normalized", "rank_by_fedsv"]  # fmt: skip
+                             "loo", "loo_normalized", "fedsv_stderr", "fedsv_normalized_stderr",
+                             "rank_by_fedsv", "separated_from_next"]  # fmt: skip
     fedsv = expected.totals()["fedsv"]
     best = max(fedsv, key=lambda p: fedsv[p])
     assert rows[0]["participant"] == best and rows[0]["rank_by_fedsv"] == "1"
@@ -113,8 +120,15 @@ def test_write_outputs_and_table(run_dir: tuple[Path, FederatedValuation]) -> No
     # The sample count each declared (FedAvg's weight) is shown; never aggregated: none.
     assert by_id["p003"]["num_samples"] == "103" and by_id["p004"]["num_samples"] == ""
     assert float(by_id["p001"]["fedsv"]) == pytest.approx(fedsv["p001"])
+    errors = expected.errors()
+    assert (
+        float(by_id["p000"]["fedsv_stderr"]) == pytest.approx(errors["fedsv"]["p000"]) == pytest.approx(0.003)
+    )
+    assert by_id["p000"]["fedsv_normalized_stderr"] == ""  # a sampled round's normalized error is unknown
+    assert by_id["p002"]["fedsv_stderr"] == "0.0" and by_id["p002"]["fedsv_normalized_stderr"] == "0.0"
     table = format_table(report)
     assert all(pid in table for pid in PARTICIPANTS)
+    assert "0.05400 ± 0.00300" in table and "± ?" in table and "± 0 " in table
     assert "final test accuracy 0.5300" in table and "3 rounds" in table and "physical minimum" in table
     assert "fedsv_norm" in table and "p002" in table.split("corrupted: flip:0.5")[0].splitlines()[-1]
 
@@ -138,3 +152,14 @@ def test_an_inconsistent_ledger_is_a_one_line_error(
     assert fedsv_main(["report", str(directory)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("fedsv report: error:") and "\n" not in err and "round 2" in err, err
+
+
+def test_adjacent_ranks_within_their_combined_error_are_marked() -> None:
+    from fedsv.app.report import separated
+
+    a = {"fedsv": 0.10, "fedsv_stderr": 0.01}
+    assert separated(a, {"fedsv": 0.05, "fedsv_stderr": 0.01}) is True  # 0.05 > 1.96 * 0.0141
+    assert separated(a, {"fedsv": 0.08, "fedsv_stderr": 0.01}) is False
+    assert separated(a, {"fedsv": 0.10, "fedsv_stderr": 0.0}) is False  # a tie
+    assert separated({"fedsv": 0.1, "fedsv_stderr": 0.0}, {"fedsv": 0.09, "fedsv_stderr": 0.0}) is True
+    assert separated(a, {"fedsv": 0.0, "fedsv_stderr": None}) is None
