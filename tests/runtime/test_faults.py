@@ -21,6 +21,7 @@ from tests.support.netns import ip, make_hosts
 from tests.support.processes import wait_for
 from tests.support.runtime import (
     FAULT_RUN,
+    all_valued,
     check_ledger,
     coordinator_argv,
     fault_client_argv,
@@ -114,6 +115,7 @@ def test_slow_participant_misses_the_deadline_and_its_late_delta_is_rejected(tmp
         assert time.time() - stopped < 25, "rank 3 was stopped too long for this test to mean anything"
         wait_for(lambda: rounds_in(state) == [1, 2], 120, "round 2")
         wait_for(lambda: "round 1 update rejected" in _text(slow_log), 60, "rank 3 to hear its delta is late")
+        wait_for(lambda: all_valued(state), 240, "the rounds' values (valuation lags the rounds)")
         samples = scrape(metrics_port)
         coordinator.send_signal(signal.SIGTERM)  # it lingers serving metrics; the run itself finished
         assert coordinator.wait(timeout=60) == 0, tail(log)

@@ -157,6 +157,14 @@ def rounds_in(state: Path) -> list[int]:
         return [r.round for r in ledger.rounds()]
 
 
+def all_valued(state: Path) -> bool:
+    """True once the ledger has rounds and none still waits for its values (the backlog is done)."""
+    if not (state / "ledger.sqlite").exists():
+        return False
+    with Ledger(state / "ledger.sqlite", read_only=True) as ledger:
+        return bool(ledger.rounds()) and not ledger.pending_rounds()
+
+
 def ledger_digest(run_dir: Path) -> dict[str, list[tuple[Any, ...]]]:
     """What two runs of the same seed must agree on: rounds, values and traffic."""
     with Ledger(run_dir / "ledger.sqlite", read_only=True) as ledger:
