@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
+from torch import Tensor, nn
 
 from fedsv.coordinator.config import RunConfig
-from fedsv.coordinator.round_step import step_round
 from fedsv.data.corruptions import parse_corruption
+from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import EvalSet, evaluate
 from fedsv.fl.ranks import participant_id
 from fedsv.fl.selection import select_ranks, train_seed
@@ -21,7 +22,7 @@ from fedsv.fl.updates import ClientUpdate
 from fedsv.task.interface import TrainContext
 from fedsv.task.sources import evaluation_samples, rank_samples, rank_source
 from fedsv.valuation import FederatedValuation, RoundValues
-from fedsv.valuation.round_valuation import GameSettings
+from fedsv.valuation.round_valuation import GameSettings, value_updates
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,24 @@ class DemoResult:
     noisy_ids: list[str]
 
 
-def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] | None = None) -> DemoResult:
-    """Train T rounds of FedAvg in this process and value every round's deltas with the federated SV.
+@dataclass(frozen=True)
+class TrainedRound:
+    """One demo round before its valuation: w_t, the bounded updates, what the round's game needs."""
 
-    The same seeded draws and the same round step as the coordinator (fedsv.coordinator.round_step), so a
-    `fedsv launch` of the same settings gives the same selections, models and values.
+    round: int
+    params: dict[str, Tensor]
+    updates: list[ClientUpdate]
+    model: nn.Module
+    validation: EvalSet
+    game: GameSettings
+
+
+def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
+    """Train T rounds of FedAvg in this process; yields each round (before aggregation is applied to the
+    next) with the test accuracy of w_{t+1}.
+
+    The same seeded draws, local training, norm bound and aggregation as the coordinator, so a `fedsv
+    launch` of the same settings trains the same models.
     """
     task = config.load_task()
     model = task.build_model(config.seed)
@@ -80,8 +94,7 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
     test = evaluation_samples(task, config.test_source, "test", settings) if config.test_source else None
     schedule = config.schedule()
     rng = np.random.default_rng(config.seed)
-    accounting = FederatedValuation()
-    accuracies: list[float] = []
+    game = GameSettings(metric=task.metric, aggregation=config.aggregation_rule())
     for t in range(1, config.rounds + 1):
         selected = select_ranks(rng, config.participants, config.selected_per_round, schedule.get(t))
         updates = []
@@ -93,18 +106,36 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
             )  # fmt: skip
             delta = task.local_update(model, global_params, samples, context, corruption)
             updates.append(ClientUpdate(participant_id(r), delta, len(samples)))
-        spec = config.valuation_spec(t)
-        game = GameSettings(metric=task.metric, aggregation=config.aggregation_rule())
         updates = bound_updates(updates, config.norm_bound()).updates  # as the coordinator does
         if not updates:
             raise ValueError(f"every update of round {t} was over update_norm_bound")
-        outcome = step_round(model, global_params, updates, validation, t, spec, accounting, game)
-        global_params = outcome.params
+        trained = TrainedRound(t, global_params, updates, model, validation, game)
+        global_params = aggregate(global_params, updates, t, game.aggregation)
         accuracy = math.nan if test is None else evaluate(model, global_params, test.x, test.y)[0]
+        yield trained, accuracy
+
+
+def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] | None = None) -> DemoResult:
+    """Train T rounds of FedAvg in this process and value every round's deltas with the federated SV,
+    inline, as the coordinator's inline schedule does: a `fedsv launch` of the same settings gives the
+    same selections, models and values."""
+    accounting = FederatedValuation()
+    accuracies: list[float] = []
+    for trained, accuracy in demo_rounds(config):
+        values = value_updates(
+            trained.model,
+            trained.params,
+            trained.updates,
+            trained.validation,
+            trained.round,
+            config.valuation_spec(trained.round),
+            accounting,
+            trained.game,
+        )
         accuracies.append(accuracy)
         if on_round is not None:
-            on_round(outcome.values, accuracy)
-    return DemoResult(accounting, accuracies, [participant_id(r) for r in sorted(corrupt)])
+            on_round(values, accuracy)
+    return DemoResult(accounting, accuracies, [participant_id(r) for r in sorted(config.corruptions())])
 
 
 def format_round(values: RoundValues, accuracy: float) -> str:
