@@ -60,16 +60,15 @@ class ToTarget(Estimator):
             if reached(result.stderr, self.target) or left < minimum_budget(m) or spent >= 2**m:
                 break
             allowance = min(2 * allowance, left)
-        budget = spent
         worst = float(np.max(result.stderr)) if result.stderr is not None else 0.0
         ok = reached(result.stderr, self.target)
         logger.debug("%s to stderr %g: %d attempts, %d evaluations, largest %g",
-                     self.sampler.method, self.target, attempts, budget, worst)  # fmt: skip
+                     self.sampler.method, self.target, attempts, spent, worst)  # fmt: skip
         target = {
             "stderr": self.target,
             "reached": ok,
             "attempts": attempts,
-            "budget": budget,
+            "evaluations": spent,
             "cap": self.cap,
         }
         extra = {**result.extra, "target": target}

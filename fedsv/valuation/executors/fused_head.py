@@ -51,10 +51,9 @@ class FusedMLPHead:
     classes: int
 
 
-def plan(head: nn.Module, device: torch.device, precision: str, metric: object) -> FusedMLPHead | None:
-    """The fused head for this game, or None where the kernel does not apply (then why is logged)."""
-    if device.type != "cuda" or precision not in _PRECISION or metric != "accuracy":
-        return None
+def shape_of(head: nn.Module) -> FusedMLPHead | None:
+    """The head's fused form when it is exactly ReLU-Linear-ReLU-Linear (dropout and identities aside)
+    with biases and at most MAX_CLASSES outputs, else None."""
     if not isinstance(head, nn.Sequential):
         return None
     layers = [(i, layer) for i, layer in enumerate(head) if type(layer) not in (nn.Dropout, nn.Identity)]
@@ -65,12 +64,23 @@ def plan(head: nn.Module, device: torch.device, precision: str, metric: object) 
     assert isinstance(hidden, nn.Linear) and isinstance(out, nn.Linear)
     if hidden.bias is None or out.bias is None or out.out_features > MAX_CLASSES:
         return None
-    if _load_kernel() is None:
-        logger.info("no fused head kernel: Triton is not importable; layer-by-layer head")
-        return None
     return FusedMLPHead(
         f"{hidden_at}.weight", f"{hidden_at}.bias", f"{out_at}.weight", f"{out_at}.bias", out.out_features
     )
+
+
+def plan(head: nn.Module, device: torch.device, precision: str, metric: object) -> FusedMLPHead | None:
+    """The fused head for this game (CUDA, TF32, accuracy, a head of the kernel's shape, Triton
+    importable), or None where the kernel does not apply."""
+    if device.type != "cuda" or precision not in _PRECISION or metric != "accuracy":
+        return None
+    fused = shape_of(head)
+    if fused is None:
+        return None
+    if _load_kernel() is None:
+        logger.info("no fused head kernel: Triton is not importable; layer-by-layer head")
+        return None
+    return fused
 
 
 def correct_counts(
