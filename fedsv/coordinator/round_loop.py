@@ -70,6 +70,8 @@ class RoundLoop:
     def run(self) -> RunEnd:
         """Run the remaining rounds. With pipelined valuation the run is finished once every round also
         has its values: the participants are released after the last round, then the backlog is valued."""
+        if self.worker is not None:
+            self.worker.warm_up()  # the valuation process loads while the participants join
         try:
             end = self._rounds()
             self.state.board.finish(end, self.completed)

@@ -30,13 +30,16 @@ from fedsv.valuation.round_valuation import GameSettings
 
 logger = logging.getLogger(__name__)
 
+WARM_UP = 0
+"""The job that starts the valuation process before any round (rounds are numbered from 1)."""
+
 
 class ValuationWorker:
     """One thread that hands the rounds submitted to it to the valuation process, one at a time in
     round order, commits each round's values, adds them to `accounting` and drops their inputs.
 
-    The process starts with the first round. A valuation that fails stops the worker: later rounds stay
-    pending, in the ledger and on disk, and a restarted coordinator values them again.
+    The process starts at warm_up() or with the first round. A valuation that fails stops the worker:
+    later rounds stay pending, in the ledger and on disk, and a restarted coordinator values them again.
     """
 
     def __init__(
@@ -85,6 +88,10 @@ class ValuationWorker:
     def outstanding_bytes(self) -> int:
         with self._changed:
             return sum(self._sizes.values())
+
+    def warm_up(self) -> None:
+        """Start the valuation process now (it loads the model and data) rather than with round 1."""
+        self._jobs.put(WARM_UP)
 
     def submit(self, number: int) -> None:
         """Value round `number`, whose inputs the store holds."""
@@ -138,6 +145,9 @@ class ValuationWorker:
                 number = self._jobs.get()
                 if number is None:
                     break
+                if number == WARM_UP:
+                    self._start()
+                    continue
                 self._value(number)
         except Exception as exc:  # never lose the coordinator to one round's valuation
             logger.exception("valuation stopped; the rounds left stay pending")
