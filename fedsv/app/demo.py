@@ -119,7 +119,7 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
     """Train T rounds of FedAvg in this process and value every round's deltas with the federated SV,
     inline, as the coordinator's inline schedule does: a `fedsv launch` of the same settings gives the
     same selections, models and values."""
-    accounting = FederatedValuation()
+    accounting = FederatedValuation([participant_id(r) for r in range(config.participants)])
     accuracies: list[float] = []
     for trained, accuracy in demo_rounds(config):
         values = value_updates(

@@ -30,6 +30,7 @@ CSV_COLUMNS = (
     *TOTAL_KEYS,
     "fedsv_stderr",
     "fedsv_normalized_stderr",
+    "fedsv_completed_stderr",
     "rank_by_fedsv",
     "separated_from_next",
 )
@@ -52,6 +53,12 @@ def _corrupted(config: dict[str, Any]) -> dict[str, str]:
     except (TypeError, ValueError):
         return {}
     return {participant_id(rank): spec for rank, spec in sorted(ranks.items())}
+
+
+def _world(config: dict[str, Any]) -> list[str] | None:
+    """Every participant id of a fedsv run's config (its `participants` count); None for other ledgers."""
+    count = config.get("participants")
+    return [participant_id(r) for r in range(count)] if isinstance(count, int) and count > 0 else None
 
 
 def _round_entry(rec: RoundRecord, rows: list[ValueRow], updates: list[UpdateRow]) -> dict[str, Any]:
@@ -107,7 +114,8 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         updates = ledger.updates()
     if run is None:
         raise ValueError(f"{path} records no run yet")
-    valuation = federated_valuation(records, rows)  # refuses value rows of rounds it has no record of
+    # refuses value rows of rounds it has no record of; values every participant the run had
+    valuation = federated_valuation(records, rows, _world(run[1]))
     rows_of: dict[int, list[ValueRow]] = {rec.round: [] for rec in records}
     for row in rows:
         rows_of[row.round].append(row)
@@ -158,11 +166,12 @@ def _ranked(report: dict[str, Any]) -> list[dict[str, Any]]:
         for pid in entry["selected"]:
             selected[pid] = selected.get(pid, 0) + 1
         samples.update(entry.get("num_samples", {}))
-    ids = set(selected) | set(totals["fedsv"])
+    ids = set(selected) | set(totals["fedsv"]) | set(totals.get("fedsv_completed", {}))
     rows: list[dict[str, Any]] = [
         {"participant": pid, "rounds_selected": selected.get(pid, 0), "num_samples": samples.get(pid)}
         | {key: float(totals[key].get(pid, 0.0)) for key in TOTAL_KEYS}
         | {f"{key}_stderr": errors.get(key, {}).get(pid, 0.0) for key in ("fedsv", "fedsv_normalized")}
+        | {"fedsv_completed_stderr": errors.get("fedsv_completed", {}).get(pid)}
         for pid in ids
     ]
     rows.sort(key=lambda r: (-r["fedsv"], r["participant"]))
@@ -255,7 +264,7 @@ def format_table(report: dict[str, Any]) -> str:
         + f" the physical minimum of {_bytes(summary['physical_minimum_bytes_per_round'])}",
         "",
         f"{'rank':>5}  {'participant':<12} {'rounds':>6} {'samples':>8} {'fedsv ± stderr':>20} "
-        f"{'fedsv_norm ± stderr':>20} {'loo':>9} {'loo_norm':>9}",
+        f"{'fedsv_norm ± stderr':>20} {'completed ± stderr':>20} {'loo':>9} {'loo_norm':>9}",
     ]
     corrupted = summary.get("corrupted", {})
     ranked = _ranked(report)
@@ -267,6 +276,7 @@ def format_table(report: dict[str, Any]) -> str:
             f"{rank}  {row['participant']:<12} {row['rounds_selected']:>6} {samples:>8} "
             f"{_plus_minus(row['fedsv'], row['fedsv_stderr'], 5):>20} "
             f"{_plus_minus(row['fedsv_normalized'], row['fedsv_normalized_stderr'], 4):>20} "
+            f"{_plus_minus(row['fedsv_completed'], row['fedsv_completed_stderr'], 5):>20} "
             f"{row['loo']:>9.5f} {row['loo_normalized']:>9.4f}{mark}"
         )
     if any(row["separated_from_next"] is False for row in ranked):

@@ -30,15 +30,20 @@ class RunProgress:
 
 
 def resume(
-    ledger: Ledger, store: PendingStore, metrics: CoordinatorMetrics, fresh: dict[str, Tensor]
+    ledger: Ledger,
+    store: PendingStore,
+    metrics: CoordinatorMetrics,
+    fresh: dict[str, Tensor],
+    world: list[str],
 ) -> RunProgress:
-    """The progress the ledger holds (a fresh run from `fresh`, w_0, when it holds none). Inputs of rounds
-    valued already, or never committed, are pruned; ValueError when a pending round's inputs are lost."""
+    """The progress the ledger holds (a fresh run from `fresh`, w_0, when it holds none), valuing the
+    participants of `world`. Inputs of rounds valued already, or never committed, are pruned;
+    ValueError when a pending round's inputs are lost."""
     checkpoint = ledger.last_checkpoint()
     if checkpoint is None:
-        return RunProgress(fresh)
+        return RunProgress(fresh, accounting=FederatedValuation(world))
     records = ledger.rounds()
-    accounting = federated_valuation(records, ledger.values())
+    accounting = federated_valuation(records, ledger.values(), world)
     metrics.restore(records, accounting.totals(), accounting.errors())
     pending = ledger.pending_rounds()
     store.prune(keep=set(pending))

@@ -29,6 +29,7 @@ from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
 from fedsv.coordinator.valuation_worker import ValuationWorker
 from fedsv.fl.device import resolve_device
+from fedsv.fl.ranks import participant_id
 from fedsv.fl.state import params_of
 from fedsv.ledger import Ledger
 from fedsv.security.certs import read_tokens
@@ -103,7 +104,8 @@ class Coordinator:
         )
         self.state.sessions.on_connected = self.metrics.set_connected
         store = PendingStore(state_dir / "pending")
-        progress = resume(self.ledger, store, self.metrics, params_of(inputs.model))
+        world = [participant_id(rank) for rank in range(run.participants)]
+        progress = resume(self.ledger, store, self.metrics, params_of(inputs.model), world)
         committer = RoundCommitter(self.ledger, store, self.metrics, self.state.traffic, progress.accounting)
         game = GameSettings(
             inputs.task.metric, server.valuation_device, server.valuation_precision, run.aggregation_rule()

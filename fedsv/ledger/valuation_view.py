@@ -51,8 +51,11 @@ def valuation_summary(values: RoundValues, valued_at: float) -> ValuationSummary
     )
 
 
-def federated_valuation(records: Sequence[RoundRecord], rows: Sequence[ValueRow]) -> FederatedValuation:
-    """The per-round values the ledger holds, back as valuation's accounting (rounds valued "none": none).
+def federated_valuation(
+    records: Sequence[RoundRecord], rows: Sequence[ValueRow], world: Sequence[str] | None = None
+) -> FederatedValuation:
+    """The per-round values the ledger holds, back as valuation's accounting (rounds valued "none": none);
+    `world`: every participant of the run (FederatedValuation).
 
     A value row of a round the ledger has no record of is refused (ValueError): the two tables are
     written in one transaction, so such a row means the file was altered.
@@ -61,7 +64,7 @@ def federated_valuation(records: Sequence[RoundRecord], rows: Sequence[ValueRow]
     by_round: dict[int, list[ValueRow]] = {}
     for row in rows:
         by_round.setdefault(row.round, []).append(row)
-    accounting = FederatedValuation()
+    accounting = FederatedValuation(world)
     for number, round_rows in sorted(by_round.items()):
         record = record_of.get(number)
         if record is None:

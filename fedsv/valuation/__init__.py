@@ -4,6 +4,7 @@ from fedsv.fl.aggregation import AggregationRule
 from fedsv.valuation.api import Plan, plan, shapley_values
 from fedsv.valuation.estimator import Estimator
 from fedsv.valuation.exact import ExactShapley
+from fedsv.valuation.federated import FederatedValuation
 from fedsv.valuation.game import CallableGame, Game
 from fedsv.valuation.group_testing import GroupTesting
 from fedsv.valuation.gtg import GTGShapley
@@ -13,7 +14,7 @@ from fedsv.valuation.permutation import PermutationSampling
 from fedsv.valuation.regression import RegressionMSR
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.round_game import RoundGame  # the federated-SV game of one FL round (needs torch)
-from fedsv.valuation.rounds import FederatedValuation, RoundValues
+from fedsv.valuation.rounds import RoundValues
 from fedsv.valuation.spec import ValuationSpec
 from fedsv.valuation.svarm import StratifiedSVARM
 

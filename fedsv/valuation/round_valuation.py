@@ -12,9 +12,10 @@ from fedsv.fl.aggregation import AggregationRule, ordered_updates
 from fedsv.fl.evaluation import EvalSet
 from fedsv.fl.updates import ClientUpdate
 from fedsv.valuation.api import Plan
+from fedsv.valuation.federated import FederatedValuation
 from fedsv.valuation.round_game import RoundGame
 from fedsv.valuation.round_inputs import Metric
-from fedsv.valuation.rounds import FederatedValuation, RoundValues
+from fedsv.valuation.rounds import RoundValues
 from fedsv.valuation.spec import ValuationSpec
 
 

@@ -1,4 +1,4 @@
-"""Across-rounds accounting of the federated Shapley value: per-round values summed per participant."""
+"""One round's values (RoundValues) and how a round game is valued into them (value_round)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from fedsv.valuation.spec import ValuationSpec
 
 logger = logging.getLogger(__name__)
 
-TOTAL_KEYS = ("fedsv", "fedsv_normalized", "loo", "loo_normalized")
+TOTAL_KEYS = ("fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized")
+"""The totals every participant gets (FederatedValuation.totals()); fedsv_completed: completion.py."""
 
 
 @dataclass
@@ -124,84 +125,3 @@ def value_round(
         rv.group_rationality_residual,
     )
     return rv
-
-
-class FederatedValuation:
-    """The federated SV over rounds: a participant's value is the sum over the rounds it was selected in."""
-
-    def __init__(self) -> None:
-        self._rounds: dict[int, RoundValues] = {}
-
-    def add_round(self, rv: RoundValues) -> None:
-        if rv.round in self._rounds:
-            raise ValueError(f"round {rv.round} already recorded")
-        self._rounds[rv.round] = rv
-
-    def value_round(
-        self,
-        game: Game,
-        participant_ids: Sequence[str],
-        round: int,
-        spec: ValuationSpec | None = None,
-        on_plan: Callable[[Plan], None] | None = None,
-    ) -> RoundValues:
-        """Compute one round's values (see value_round()), record them and return them."""
-        if round in self._rounds:
-            raise ValueError(f"round {round} already recorded")
-        rv = value_round(game, participant_ids, round, spec, on_plan)
-        self.add_round(rv)
-        return rv
-
-    def per_round(self) -> list[RoundValues]:
-        """The recorded rounds in round order."""
-        return [self._rounds[r] for r in sorted(self._rounds)]
-
-    def participants(self) -> list[str]:
-        """Every participant selected in at least one round, in order of first appearance."""
-        seen: dict[str, None] = {}
-        for rv in self.per_round():
-            seen.update(dict.fromkeys(rv.participants))
-        return list(seen)
-
-    def totals(self) -> dict[str, dict[str, float]]:
-        """Per participant: fedsv, fedsv_normalized, loo, loo_normalized summed over rounds.
-
-        Normalized variants divide each round's value vector by its L2 norm before summing.
-        Participants never selected do not appear.
-        """
-        out: dict[str, dict[str, float]] = {
-            key: dict.fromkeys(self.participants(), 0.0) for key in TOTAL_KEYS
-        }
-        for rv in self.per_round():
-            vectors = {
-                "fedsv": rv.fedsv,
-                "fedsv_normalized": normalized(rv.fedsv),
-                "loo": rv.loo,
-                "loo_normalized": normalized(rv.loo),
-            }
-            for key, vector in vectors.items():
-                for pid, value in zip(rv.participants, vector, strict=True):
-                    out[key][pid] += float(value)
-        return out
-
-    def errors(self) -> dict[str, dict[str, float]]:
-        """Per participant, the standard error of each total in totals(): for FedSV the root of the
-        summed per-round variances (rounds are valued independently); LOO is exact (0). A normalized
-        total divides each round by a norm estimated from the same samples, whose error this does not
-        model: its error is 0 where every round it sums was exact, else unknown (NaN). A round whose
-        errors were not recorded makes the FedSV error unknown too."""
-        variance = dict.fromkeys(self.participants(), 0.0)
-        normalized = dict.fromkeys(self.participants(), 0.0)
-        for rv in self.per_round():
-            errors = np.full(len(rv.participants), np.nan) if rv.stderr is None else rv.stderr
-            for pid, error in zip(rv.participants, errors, strict=True):
-                variance[pid] += float(error) ** 2
-                if error != 0:
-                    normalized[pid] = math.nan
-        fedsv = {pid: math.sqrt(v) for pid, v in variance.items()}
-        zeros = dict.fromkeys(self.participants(), 0.0)
-        return {"fedsv": fedsv, "fedsv_normalized": normalized, "loo": zeros, "loo_normalized": dict(zeros)}
-
-    def group_rationality_residuals(self) -> dict[int, float]:
-        """Per round: sum_i s_t(i) - (U_after - U_before)."""
-        return {rv.round: rv.group_rationality_residual for rv in self.per_round()}

@@ -65,7 +65,7 @@ def test_launch_runs_rounds_and_writes_the_run_directory(
         residual = sum(entry["values"].values()) - (entry["utility_after"] - entry["utility_before"])
         assert abs(residual) < 1e-9
         assert entry["bytes_ratio_to_minimum"] >= 1.0
-    assert set(report["totals"]) == {"fedsv", "fedsv_normalized", "loo", "loo_normalized"}
+    assert set(report["totals"]) == {"fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized"}
     assert 0.0 < report["final_accuracy"] <= 1.0
     rows = (out / "values.csv").read_text().strip().splitlines()
     assert len(rows) - 1 == len(report["totals"]["fedsv"])

@@ -44,7 +44,7 @@ def normalized(values: list[float]) -> np.ndarray:
 def run_dir(tmp_path: Path) -> tuple[Path, FederatedValuation]:
     directory = tmp_path / "run"
     directory.mkdir()
-    expected = FederatedValuation()
+    expected = FederatedValuation(PARTICIPANTS)  # the run's 5 participants (its config)
     with Ledger(directory / "ledger.sqlite") as ledger:
         ledger.ensure_run("run-test", CONFIG)
         for n, (selected, received, fedsv, loo) in ROUNDS.items():
@@ -87,7 +87,7 @@ def test_report_keys_and_totals(run_dir: tuple[Path, FederatedValuation]) -> Non
     assert first["physical_minimum_bytes"] == 400 * (4 + 3)
     assert first["bytes_ratio_to_minimum"] == pytest.approx(3000 / 2800)
     totals = expected.totals()
-    assert set(report["totals"]) == {"fedsv", "fedsv_normalized", "loo", "loo_normalized"}
+    assert set(report["totals"]) == {"fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized"}
     for key, per_participant in totals.items():
         assert report["totals"][key] == pytest.approx(per_participant)
     assert report["final_accuracy"] == pytest.approx(0.53)
@@ -109,8 +109,9 @@ def test_write_outputs_and_table(run_dir: tuple[Path, FederatedValuation]) -> No
         rows = list(csv.DictReader(handle))
     assert sorted(r["participant"] for r in rows) == PARTICIPANTS
     assert list(rows[0]) == ["participant", "rounds_selected", "num_samples", "fedsv", "fedsv_normalized",
-                             "loo", "loo_normalized", "fedsv_stderr", "fedsv_normalized_stderr",
-                             "rank_by_fedsv", "separated_from_next"]  # fmt: skip
+                             "fedsv_completed", "loo", "loo_normalized", "fedsv_stderr",
+                             "fedsv_normalized_stderr", "fedsv_completed_stderr", "rank_by_fedsv",
+                             "separated_from_next"]  # fmt: skip
     fedsv = expected.totals()["fedsv"]
     best = max(fedsv, key=lambda p: fedsv[p])
     assert rows[0]["participant"] == best and rows[0]["rank_by_fedsv"] == "1"

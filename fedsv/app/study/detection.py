@@ -25,7 +25,7 @@ import numpy.typing as npt
 from fedsv.fl.ranks import participant_id
 from fedsv.valuation import FederatedValuation
 
-VALUE_METHODS = ("fedsv", "loo", "fedsv_normalized", "loo_normalized")
+VALUE_METHODS = ("fedsv", "loo", "fedsv_normalized", "loo_normalized", "fedsv_completed")
 DETECTION_METHODS = (*VALUE_METHODS, "random")
 RANDOM_EXPECTED_AREA = 0.5
 LABELS = {

@@ -1,0 +1,138 @@
+"""Completed federated Shapley values: every participant valued in every round, not only when selected.
+
+Fan et al. ("Improving Fairness for Data Valuation in Horizontal Federated Learning", ICDE 2022) note
+that FedSV pays for selection luck: two members with the same data end with different totals when one
+was selected more often, or in earlier rounds, when the gains were larger. Their completed FedSV
+(ComFedSV) fills in the round-by-coalition utility matrix U[t, S] (observed only for S within round
+t's selection) with a low-rank model and takes every round's Shapley value over all N members.
+
+fedsv follows the same idea, a low-rank completion of what was not observed, on the round-by-
+participant matrix of values V[t, i] (participant i's FedSV in round t, observed when it was
+selected) instead of the utility matrix, and weighs each round by its selection probability:
+
+    fedsv_completed_i = sum_t (m_t / N) * V^[t, i],   V^ = V where observed, else A B^T (rank r)
+
+- Why not the utility matrix: at the paper's scale (N = 100) it has 2^100 columns, and a coalition
+  larger than every round's selection is never observed in any round, so no completion can recover
+  its column; the Shapley value over N members needs exactly those. V is the image of U under the
+  (linear) Shapley map of each round, so it inherits U's low rank, and it is small (T x N).
+- Why the weights: a round's values split the gain of the m_t selected; summed over every round a
+  member would be paid as if selected in all of them. Weighted by m_t / N, the probability of being
+  selected, the completed total is the expectation of FedSV over the selection: what FedSV pays a
+  member on average, selection luck removed. With every member in every round (m_t = N) nothing is
+  missing and the completed values are the FedSV values.
+- Its uncertainty: the observed entries keep their standard errors; a predicted entry's error is the
+  completion's cross-validated error on held-out observed entries (which also chooses the rank). A
+  member never selected has no row to complete: its completed value is 0, with an unknown error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+RANKS = (1, 2, 3)
+"""The ranks tried; the one with the smallest cross-validated error is used."""
+
+FOLDS = 5
+RIDGE = 1e-3
+"""Ridge penalty on the factors, relative to the observed entries' mean square."""
+
+ITERATIONS = 100
+
+
+@dataclass(frozen=True)
+class Completed:
+    """Completed totals per participant (columns of the matrix), their standard errors, and how the
+    completion went: the rank used (0: nothing was missing), its cross-validated RMSE on held-out
+    observed entries, and the share of the matrix observed."""
+
+    totals: FloatArray
+    stderr: FloatArray
+    rank: int
+    holdout_rmse: float
+    observed: float
+
+
+def _solve_rows(values: FloatArray, mask: FloatArray, factor: FloatArray, ridge: float) -> FloatArray:
+    """For every row t at once: argmin_a sum_i mask[t, i] (values[t, i] - a . factor[i])^2 + ridge |a|^2."""
+    rank = factor.shape[1]
+    gram = np.einsum("ti,ij,ik->tjk", mask, factor, factor) + ridge * np.eye(rank)
+    moment = np.einsum("ti,ti,ij->tj", mask, values, factor)
+    return np.asarray(np.linalg.solve(gram, moment[..., None])[..., 0], dtype=np.float64)
+
+
+def _als(values: FloatArray, mask: npt.NDArray[np.bool_], rank: int, ridge: float, seed: int) -> FloatArray:
+    """A rank-`rank` fit A B^T of the masked entries by alternating ridge least squares, started from the
+    top singular vectors of the zero-filled matrix (spectral initialization; from a random start ALS
+    can stall with a factor blowing up). A column or row with no observed entry gets a zero factor."""
+    weights = mask.astype(np.float64)
+    share = max(float(weights.mean()), 1e-12)
+    _, singular, right = np.linalg.svd(np.where(mask, values, 0.0) / share, full_matrices=False)
+    b = right[:rank].T * np.sqrt(singular[:rank])
+    if b.shape[1] < rank:  # fewer singular vectors than the rank: pad with seeded noise
+        pad = np.random.default_rng(seed).normal(scale=1e-3, size=(b.shape[0], rank - b.shape[1]))
+        b = np.concatenate([b, pad], axis=1)
+    a = np.zeros((values.shape[0], rank))
+    for _ in range(ITERATIONS):
+        a = _solve_rows(values, weights, b, ridge)
+        b = _solve_rows(values.T, weights.T, a, ridge)
+    return np.asarray(a @ b.T, dtype=np.float64)
+
+
+def _holdout_rmse(
+    values: FloatArray, mask: npt.NDArray[np.bool_], rank: int, ridge: float, seed: int
+) -> float:
+    """Root-mean-square error of the completion on observed entries held out, FOLDS folds."""
+    observed = np.argwhere(mask)
+    if observed.shape[0] < 2 * FOLDS:
+        return math.inf
+    folds = np.random.default_rng(seed).permutation(observed.shape[0]) % FOLDS
+    errors = []
+    for k in range(FOLDS):
+        held = observed[folds == k]
+        train = mask.copy()
+        train[held[:, 0], held[:, 1]] = False
+        fit = _als(values, train, rank, ridge, seed)
+        errors.append(fit[held[:, 0], held[:, 1]] - values[held[:, 0], held[:, 1]])
+    return float(np.sqrt(np.mean(np.square(np.concatenate(errors)))))
+
+
+def complete(
+    values: FloatArray,
+    mask: npt.NDArray[np.bool_],
+    errors: FloatArray,
+    selected: Sequence[int],
+    world: int,
+    seed: int = 0,
+) -> Completed:
+    """The completed totals of a round-by-participant matrix of values and their standard errors.
+
+    values, errors (T, N): the observed values and their standard errors where `mask` is True;
+    selected: the number of participants selected in each round (m_t); world: N.
+    """
+    values = np.where(mask, values, 0.0)
+    ridge = RIDGE * max(float(np.mean(np.square(values[mask]))) if mask.any() else 1.0, 1e-24)
+    weights = np.asarray(selected, dtype=np.float64) / float(world)
+    if mask.all():
+        rank, rmse, filled = 0, 0.0, values
+    else:
+        scores = {r: _holdout_rmse(values, mask, r, ridge, seed) for r in RANKS}
+        rank = min(scores, key=lambda r: (scores[r], r))
+        rmse = scores[rank]
+        filled = np.where(mask, values, _als(values, mask, rank, ridge, seed))
+    totals = weights @ filled
+    variance = np.where(mask, np.square(np.where(mask, errors, 0.0)), rmse**2)
+    stderr = np.sqrt(np.square(weights) @ variance)
+    never = ~mask.any(axis=0)
+    totals[never], stderr[never] = 0.0, math.inf
+    observed = float(mask.mean()) if mask.size else 0.0
+    return Completed(
+        np.asarray(totals, dtype=np.float64), np.asarray(stderr, dtype=np.float64), rank, rmse, observed
+    )

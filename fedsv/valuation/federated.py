@@ -1,0 +1,132 @@
+"""Across-rounds accounting of the federated Shapley value: per-round values summed per participant."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from fedsv.valuation.api import Plan
+from fedsv.valuation.completion import Completed, complete
+from fedsv.valuation.game import Game
+from fedsv.valuation.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
+from fedsv.valuation.spec import ValuationSpec
+
+
+class FederatedValuation:
+    """The federated SV over rounds: a participant's value is the sum over the rounds it was selected in.
+
+    `world`: every participant of the run (selected or not); the completed values (completion.py) value
+    each of them in every round. None: the participants selected so far.
+    """
+
+    def __init__(self, world: Sequence[str] | None = None) -> None:
+        self._rounds: dict[int, RoundValues] = {}
+        self.world = None if world is None else list(world)
+        self._completed: tuple[int, Completed, list[str]] | None = None  # (rounds when computed, ...)
+
+    def add_round(self, rv: RoundValues) -> None:
+        if rv.round in self._rounds:
+            raise ValueError(f"round {rv.round} already recorded")
+        self._rounds[rv.round] = rv
+
+    def value_round(
+        self,
+        game: Game,
+        participant_ids: Sequence[str],
+        round: int,
+        spec: ValuationSpec | None = None,
+        on_plan: Callable[[Plan], None] | None = None,
+    ) -> RoundValues:
+        """Compute one round's values (see value_round()), record them and return them."""
+        if round in self._rounds:
+            raise ValueError(f"round {round} already recorded")
+        rv = value_round(game, participant_ids, round, spec, on_plan)
+        self.add_round(rv)
+        return rv
+
+    def per_round(self) -> list[RoundValues]:
+        """The recorded rounds in round order."""
+        return [self._rounds[r] for r in sorted(self._rounds)]
+
+    def participants(self) -> list[str]:
+        """Every participant selected in at least one round, in order of first appearance."""
+        seen: dict[str, None] = {}
+        for rv in self.per_round():
+            seen.update(dict.fromkeys(rv.participants))
+        return list(seen)
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """Per participant, the totals of TOTAL_KEYS: fedsv, loo and their normalized variants summed over
+        the rounds it was selected in (normalized: each round's vector divided by its L2 norm first), and
+        fedsv_completed (completed()). Participants never selected appear only in fedsv_completed, and
+        only when they are in the world."""
+        out: dict[str, dict[str, float]] = {
+            key: dict.fromkeys(self.participants(), 0.0) for key in TOTAL_KEYS if key != "fedsv_completed"
+        }
+        for rv in self.per_round():
+            vectors = {
+                "fedsv": rv.fedsv,
+                "fedsv_normalized": normalized(rv.fedsv),
+                "loo": rv.loo,
+                "loo_normalized": normalized(rv.loo),
+            }
+            for key, vector in vectors.items():
+                for pid, value in zip(rv.participants, vector, strict=True):
+                    out[key][pid] += float(value)
+        out["fedsv_completed"] = {}
+        if self._rounds:
+            ids, completed = self.completed()
+            out["fedsv_completed"] = dict(zip(ids, map(float, completed.totals), strict=True))
+        return {key: out[key] for key in TOTAL_KEYS}
+
+    def completed(self) -> tuple[list[str], Completed]:
+        """The completed totals (completion.complete) of every participant of the world, in that order;
+        computed once per number of rounds recorded."""
+        if self._completed is not None and self._completed[0] == len(self._rounds):
+            return self._completed[2], self._completed[1]
+        ids = list(dict.fromkeys([*(self.world or []), *self.participants()]))
+        column = {pid: k for k, pid in enumerate(ids)}
+        rounds = self.per_round()
+        values, errors = np.zeros((len(rounds), len(ids))), np.zeros((len(rounds), len(ids)))
+        mask = np.zeros((len(rounds), len(ids)), dtype=bool)
+        for t, rv in enumerate(rounds):
+            cols = [column[pid] for pid in rv.participants]
+            values[t, cols], mask[t, cols] = rv.fedsv, True
+            errors[t, cols] = np.nan if rv.stderr is None else rv.stderr
+        result = complete(values, mask, errors, [len(rv.participants) for rv in rounds], len(ids))
+        self._completed = (len(self._rounds), result, ids)
+        return ids, result
+
+    def errors(self) -> dict[str, dict[str, float]]:
+        """Per participant, the standard error of each total in totals(): for FedSV the root of the
+        summed per-round variances (rounds are valued independently); LOO is exact (0). A normalized
+        total divides each round by a norm estimated from the same samples, whose error this does not
+        model: its error is 0 where every round it sums was exact, else unknown (NaN). A round whose
+        errors were not recorded makes the FedSV error unknown too."""
+        variance = dict.fromkeys(self.participants(), 0.0)
+        normalized = dict.fromkeys(self.participants(), 0.0)
+        for rv in self.per_round():
+            errors = np.full(len(rv.participants), np.nan) if rv.stderr is None else rv.stderr
+            for pid, error in zip(rv.participants, errors, strict=True):
+                variance[pid] += float(error) ** 2
+                if error != 0:
+                    normalized[pid] = math.nan
+        fedsv = {pid: math.sqrt(v) for pid, v in variance.items()}
+        zeros = dict.fromkeys(self.participants(), 0.0)
+        ids, completed = self.completed() if self._rounds else ([], None)
+        completed_errors = (
+            {} if completed is None else dict(zip(ids, map(float, completed.stderr), strict=True))
+        )
+        return {
+            "fedsv": fedsv,
+            "fedsv_normalized": normalized,
+            "fedsv_completed": completed_errors,
+            "loo": zeros,
+            "loo_normalized": dict(zeros),
+        }
+
+    def group_rationality_residuals(self) -> dict[int, float]:
+        """Per round: sum_i s_t(i) - (U_after - U_before)."""
+        return {rv.round: rv.group_rationality_residual for rv in self.per_round()}

@@ -1,0 +1,90 @@
+"""Completed FedSV: every member valued in every round, from a low-rank completion of the round values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedsv.valuation import FederatedValuation, RoundValues
+from fedsv.valuation.completion import complete
+
+
+def low_rank_rounds(t: int, n: int, seed: int) -> np.ndarray:
+    """Values of n members over t rounds: a member's quality times a round's gain (rank 1) plus noise."""
+    rng = np.random.default_rng(seed)
+    quality = rng.normal(1.0, 0.5, n)
+    gain = 0.05 * np.exp(-np.arange(t) / 6)
+    return np.outer(gain, quality) + rng.normal(0, 1e-4, (t, n))
+
+
+def selections(t: int, n: int, m: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((t, n), dtype=bool)
+    for row in mask:
+        row[rng.choice(n, m, replace=False)] = True
+    return mask
+
+
+def test_with_everyone_in_every_round_the_completed_values_are_the_fedsv_values() -> None:
+    values = low_rank_rounds(6, 5, 0)
+    errors = np.full_like(values, 0.001)
+    result = complete(values, np.ones_like(values, dtype=bool), errors, [5] * 6, 5)
+    assert result.rank == 0 and result.observed == 1.0
+    np.testing.assert_allclose(result.totals, values.sum(axis=0), atol=1e-15)
+    np.testing.assert_allclose(result.stderr, np.full(5, 0.001 * math.sqrt(6)))
+
+
+def test_a_low_rank_matrix_is_completed_and_weighted_by_the_selection_probability() -> None:
+    t, n, m = 25, 40, 8
+    values, mask = low_rank_rounds(t, n, 1), selections(t, n, m, 1)
+    result = complete(values, mask, np.zeros_like(values), [m] * t, n)
+    expected = (m / n) * values.sum(axis=0)  # what FedSV pays on average over the selection
+    seen = mask.any(axis=0)
+    assert result.rank >= 1 and result.holdout_rmse < 0.01
+    np.testing.assert_allclose(result.totals[seen], expected[seen], rtol=0.05, atol=2e-3)
+    fedsv = np.where(mask, values, 0).sum(axis=0)
+    completed_error = np.abs(result.totals[seen] - expected[seen]).mean()
+    assert completed_error < 0.25 * np.abs(fedsv[seen] - expected[seen]).mean()  # selection luck is gone
+
+
+def test_twins_selected_unequally_get_equal_completed_values() -> None:
+    t, n, m = 20, 12, 4
+    values, mask = low_rank_rounds(t, n, 2), selections(t, n, m, 2)
+    values[:, 1] = values[:, 0]  # member 1 holds a copy of member 0's data
+    mask[:, 0], mask[:, 1] = False, False
+    mask[np.arange(0, t, 2), 0] = True  # member 0 selected every other round
+    mask[[3, 11], 1] = True  # its twin twice
+    result = complete(values, mask, np.zeros_like(values), list(mask.sum(axis=1)), n)
+    fedsv = np.where(mask, values, 0).sum(axis=0)
+    assert abs(fedsv[0] - fedsv[1]) > 0.5 * abs(fedsv[0])
+    assert abs(result.totals[0] - result.totals[1]) < 0.1 * abs(result.totals[0])
+
+
+def test_a_member_never_selected_has_no_value_and_an_unknown_error() -> None:
+    values, mask = low_rank_rounds(10, 6, 3), selections(10, 6, 3, 3)
+    mask[:, 5] = False
+    result = complete(values, mask, np.zeros_like(values), list(mask.sum(axis=1)), 6)
+    assert result.totals[5] == 0.0 and math.isinf(result.stderr[5])
+    assert np.all(np.isfinite(result.stderr[:5])) and np.all(result.stderr[:5] > 0)  # predicted entries
+
+
+def test_the_accounting_completes_over_its_world() -> None:
+    fv = FederatedValuation(world=["a", "b", "c", "d"])
+    fv.add_round(
+        RoundValues(
+            1, ["a", "b"], np.array([0.02, 0.01]), np.zeros(2), 0.1, 0.13, "exact", 4, 0.0, np.zeros(2)
+        )
+    )
+    fv.add_round(
+        RoundValues(
+            2, ["a", "c"], np.array([0.01, 0.03]), np.zeros(2), 0.13, 0.17, "exact", 4, 0.0, np.zeros(2)
+        )
+    )
+    totals, errors = fv.totals(), fv.errors()
+    assert set(totals["fedsv_completed"]) == {"a", "b", "c", "d"}
+    assert totals["fedsv_completed"]["d"] == 0.0 and math.isinf(errors["fedsv_completed"]["d"])
+    # "a", observed in both rounds, gets each round's value weighted by m/N = 2/4
+    assert totals["fedsv_completed"]["a"] == pytest.approx(0.5 * (0.02 + 0.01))
+    assert errors["fedsv_completed"]["a"] == 0.0
