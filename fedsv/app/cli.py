@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="print the values and traffic of a finished run")
     report.add_argument("run_dir", help="run directory written by `fedsv launch`")
     report.add_argument("--json", action="store_true", help="print report.json instead of the table")
+    report.add_argument(
+        "--by-class", action="store_true", help="print each participant's FedSV per validation label"
+    )
 
     certs = sub.add_parser("certs", help="create a run's CA, coordinator and per-participant certificates")
     certs.add_argument("--out", required=True, help="directory to write them into (keys 0600)")
@@ -49,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main_launch(args: argparse.Namespace) -> int:
-    from fedsv.app.report import format_table, write_outputs
+    from fedsv.app.report import write_outputs
+    from fedsv.app.report_text import format_table
 
     file_values = load_config_file(args.config) if args.config else {}
     run, launch_config = build_configs(args, file_values, RunConfig, LaunchConfig)
@@ -93,10 +97,14 @@ def main_certs(args: argparse.Namespace) -> int:
 
 
 def main_report(args: argparse.Namespace) -> int:
-    from fedsv.app.report import build_report, format_table
+    from fedsv.app.report import build_report
+    from fedsv.app.report_text import format_classes, format_table
 
     report = build_report(args.run_dir)
-    print(json.dumps(report, indent=2) if args.json else format_table(report))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_classes(report) if args.by_class else format_table(report))
     return 0
 
 

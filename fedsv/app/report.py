@@ -10,11 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-
+from fedsv.app.report_figures import plot_classes, plot_values
 from fedsv.coordinator.config import RunConfig
 from fedsv.fl.ranks import participant_id
 from fedsv.ledger import Ledger, RoundRecord, UpdateRow, ValueRow, federated_valuation
@@ -111,11 +107,12 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     with Ledger(path, read_only=True) as ledger:
         run = ledger.run_config()
         records, rows, traffic_rows = ledger.rounds(), ledger.values(), ledger.traffic()
-        updates = ledger.updates()
+        updates, class_rows = ledger.updates(), ledger.class_values()
     if run is None:
         raise ValueError(f"{path} records no run yet")
     # refuses value rows of rounds it has no record of; values every participant the run had
-    valuation = federated_valuation(records, rows, _world(run[1]))
+    valuation = federated_valuation(records, rows, _world(run[1]), class_rows)
+    classes = valuation.class_totals()
     rows_of: dict[int, list[ValueRow]] = {rec.round: [] for rec in records}
     for row in rows:
         rows_of[row.round].append(row)
@@ -138,6 +135,13 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         "stderr": {
             key: {pid: _num(e) for pid, e in errors.items()} for key, errors in valuation.errors().items()
         },
+        "classes": {
+            "labels": classes.labels,
+            "rounds_split": classes.rounds_split,
+            "rounds": classes.rounds,
+            "totals": {pid: [float(v) for v in values] for pid, values in classes.values.items()},
+            "stderr": {pid: [_num(float(e)) for e in errors] for pid, errors in classes.stderr.items()},
+        },
         "final_accuracy": _num(records[-1].test_accuracy) if records else None,
         "traffic": traffic,
         "summary": {
@@ -153,7 +157,7 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def _ranked(report: dict[str, Any]) -> list[dict[str, Any]]:
+def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per participant (every one ever selected), best FedSV first; never valued = 0.
 
     Each row's FedSV total comes with its standard error (None: unknown), and `separated_from_next` says
@@ -190,95 +194,26 @@ def separated(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
     return abs(a["fedsv"] - b["fedsv"]) > Z95 * combined
 
 
-def _plot(report: dict[str, Any], path: Path) -> None:
-    """Cumulative FedSV per participant over rounds; per-round total value and test accuracy."""
-    fig = Figure(figsize=(9, 7), layout="constrained")
-    FigureCanvasAgg(fig)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    rounds = [entry["round"] for entry in report["rounds"]]
-    ranked = _ranked(report)
-    for row in ranked:
-        pid = row["participant"]
-        cumulative = np.cumsum([entry["values"].get(pid, 0.0) for entry in report["rounds"]])
-        top.plot(rounds, cumulative, marker=".", label=pid)
-    top.set_ylabel("cumulative FedSV")
-    top.set_title(f"run {report['run_id']}: federated Shapley value per participant")
-    if 0 < len(ranked) <= 12:
-        top.legend(fontsize="small", ncols=2)
-    gains = [(e["utility_after"] or 0.0) - (e["utility_before"] or 0.0) for e in report["rounds"]]
-    bottom.bar(rounds, gains, color="tab:blue", alpha=0.6, label="U_after - U_before")
-    bottom.set_xlabel("round")
-    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
-    bottom.set_ylabel("round value (U_after - U_before)", color="tab:blue")
-    accuracy_axis = bottom.twinx()
-    accuracy = [math.nan if e["test_accuracy"] is None else e["test_accuracy"] for e in report["rounds"]]
-    accuracy_axis.plot(rounds, accuracy, color="tab:red", marker="o", label="test accuracy")
-    accuracy_axis.set_ylabel("test accuracy", color="tab:red")
-    fig.savefig(path, dpi=110)
-
-
 def write_outputs(run_dir: str | Path) -> dict[str, Path]:
-    """Write report.json, values.csv and values.png into `run_dir`; returns them by file name."""
+    """Write report.json, values.csv (a participant a row, its values per label in columns fedsv_label_K),
+    values.png and, where rounds were valued by label, class_values.png into `run_dir`."""
     report = build_report(run_dir)
     directory = Path(run_dir)
-    out = {name: directory / name for name in ("report.json", "values.csv", "values.png")}
+    names = ["report.json", "values.csv", "values.png"] + (
+        ["class_values.png"] if report["classes"]["labels"] else []
+    )
+    out = {name: directory / name for name in names}
     out["report.json"].write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    ranked = ranked_rows(report)
+    labels = [f"fedsv_label_{label}" for label in range(report["classes"]["labels"])]
     with out["values.csv"].open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=[*CSV_COLUMNS, *labels])
         writer.writeheader()
-        writer.writerows(_ranked(report))
-    _plot(report, out["values.png"])
+        for row in ranked:
+            by_label = report["classes"]["totals"].get(row["participant"], [])
+            writer.writerow(row | dict(zip(labels, by_label, strict=False)))
+    plot_values(report, ranked, out["values.png"])
+    if "class_values.png" in out:
+        plot_classes(report, ranked, out["class_values.png"])
     logger.info("wrote %s", ", ".join(str(p) for p in out.values()))
     return out
-
-
-def _bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    return f"{n:.2f} GB"
-
-
-def _plus_minus(value: float, error: float | None, digits: int) -> str:
-    """ "0.12345 ± 0.00012"; "± 0" for an exact value; "± ?" where the error is unknown."""
-    if error is None:
-        return f"{value:.{digits}f} ± ?"
-    return f"{value:.{digits}f} ± {0 if error == 0 else f'{error:.{digits}f}':<{digits + 2}}"
-
-
-def format_table(report: dict[str, Any]) -> str:
-    """Participants ranked by FedSV, each value beside its standard error, under a header of accuracy and
-    traffic; "~" marks a rank not separated from the next at 95%."""
-    summary = report["summary"]
-    accuracy = report["final_accuracy"]
-    ratio = summary["bytes_ratio_to_minimum"]
-    up, down = _bytes(summary["bytes_up_per_round"]), _bytes(summary["bytes_down_per_round"])
-    lines = [
-        f"run {report['run_id']}: {summary['rounds']} rounds, final test accuracy "
-        + ("-" if accuracy is None else f"{accuracy:.4f}"),
-        f"traffic: {_bytes(summary['bytes_per_round'])} per round (up {up}, down {down}); "
-        + ("-" if ratio is None else f"{ratio:.3f}x")
-        + f" the physical minimum of {_bytes(summary['physical_minimum_bytes_per_round'])}",
-        "",
-        f"{'rank':>5}  {'participant':<12} {'rounds':>6} {'samples':>8} {'fedsv ± stderr':>20} "
-        f"{'fedsv_norm ± stderr':>20} {'completed ± stderr':>20} {'loo':>9} {'loo_norm':>9}",
-    ]
-    corrupted = summary.get("corrupted", {})
-    ranked = _ranked(report)
-    for row in ranked:
-        mark = f"  (corrupted: {corrupted[row['participant']]})" if row["participant"] in corrupted else ""
-        samples = "-" if row["num_samples"] is None else str(row["num_samples"])
-        rank = f"{row['rank_by_fedsv']:>4}{'~' if row['separated_from_next'] is False else ' '}"
-        lines.append(
-            f"{rank}  {row['participant']:<12} {row['rounds_selected']:>6} {samples:>8} "
-            f"{_plus_minus(row['fedsv'], row['fedsv_stderr'], 5):>20} "
-            f"{_plus_minus(row['fedsv_normalized'], row['fedsv_normalized_stderr'], 4):>20} "
-            f"{_plus_minus(row['fedsv_completed'], row['fedsv_completed_stderr'], 5):>20} "
-            f"{row['loo']:>9.5f} {row['loo_normalized']:>9.4f}{mark}"
-        )
-    if any(row["separated_from_next"] is False for row in ranked):
-        lines.append("\n~ not separated from the next rank at 95% (difference within 1.96 combined stderr)")
-    return "\n".join(lines)

@@ -21,6 +21,7 @@ from fedsv.ledger import (
     TrafficRow,
     UpdateRow,
     build_round_record,
+    class_rows,
     encode_params,
     value_rows,
 )
@@ -105,9 +106,8 @@ class RoundCommitter:
         if result.pending is not None:
             self.store.save(result.pending)
         checkpoint = Checkpoint(number, encode_params(result.params), rng_state)
-        self.ledger.commit_round(
-            record, [] if values is None else value_rows(values), traffic_rows, checkpoint, updates
-        )
+        rows, classes = ([], []) if values is None else (value_rows(values), class_rows(values))
+        self.ledger.commit_round(record, rows, traffic_rows, checkpoint, updates, classes)
         if values is None:
             self.metrics.observe_training(record)
         else:

@@ -24,7 +24,7 @@ from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.pending import PendingStore
 from fedsv.coordinator.server_config import DEFAULT_BACKLOG_BYTES
 from fedsv.coordinator.valuation_process import Done, Failed, Job, Settings, ValuationSetup, serve
-from fedsv.ledger import Ledger, valuation_summary, value_rows
+from fedsv.ledger import Ledger, class_rows, valuation_summary, value_rows
 from fedsv.valuation import FederatedValuation, ValuationSpec
 from fedsv.valuation.round_valuation import GameSettings
 
@@ -191,7 +191,8 @@ class ValuationWorker:
             raise RuntimeError(f"valuation of round {number} failed: {reply.error}")
         assert isinstance(reply, Done) and reply.round == number, reply
         values = reply.values
-        self._ledger.commit_values(number, value_rows(values), valuation_summary(values, time.time()))
+        summary = valuation_summary(values, time.time())
+        self._ledger.commit_values(number, value_rows(values), summary, class_rows(values))
         self._accounting.add_round(values)
         self._store.remove(number)
         with self._changed:

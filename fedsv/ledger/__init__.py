@@ -3,12 +3,21 @@
 from fedsv.ledger.builder import RoundTimes, TestScore, build_round_record
 from fedsv.ledger.checkpoint import Checkpoint, decode_params, encode_params
 from fedsv.ledger.checks import LedgerError
-from fedsv.ledger.records import RoundRecord, RoundStatus, TrafficRow, UpdateRow, ValuationSummary, ValueRow
+from fedsv.ledger.records import (
+    ClassValueRow,
+    RoundRecord,
+    RoundStatus,
+    TrafficRow,
+    UpdateRow,
+    ValuationSummary,
+    ValueRow,
+)
 from fedsv.ledger.store import Ledger
-from fedsv.ledger.valuation_view import federated_valuation, valuation_summary, value_rows
+from fedsv.ledger.valuation_view import class_rows, federated_valuation, valuation_summary, value_rows
 
 __all__ = [
     "Checkpoint",
+    "ClassValueRow",
     "Ledger",
     "LedgerError",
     "RoundRecord",
@@ -20,6 +29,7 @@ __all__ = [
     "ValuationSummary",
     "ValueRow",
     "build_round_record",
+    "class_rows",
     "decode_params",
     "encode_params",
     "federated_valuation",

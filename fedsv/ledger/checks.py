@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from fedsv.ledger.checkpoint import Checkpoint
-from fedsv.ledger.records import RoundRecord, TrafficRow, UpdateRow, ValueRow
+from fedsv.ledger.records import ClassValueRow, RoundRecord, TrafficRow, UpdateRow, ValueRow
 
 
 class LedgerError(Exception):
@@ -62,3 +62,12 @@ def check_updates(record: RoundRecord, updates: Sequence[UpdateRow]) -> None:
             or not (count_ok and seconds_ok)
         ):
             raise LedgerError(f"round {record.round}: bad update row {row}")
+
+
+def check_classes(n: int, received: Sequence[str], rows: Sequence[ClassValueRow]) -> None:
+    """Values per label must be of a received participant, finite, with a standard error >= 0 (NaN or inf:
+    not recorded or unknown)."""
+    for row in rows:
+        ok = row.round == n and row.participant in received and isinstance(row.label, int) and row.label >= 0
+        if not ok or not math.isfinite(row.fedsv) or (not row.stderr >= 0 and not math.isnan(row.stderr)):
+            raise LedgerError(f"round {n}: bad value row per label {row}")

@@ -98,6 +98,18 @@ class ValueRow:
 
 
 @dataclass(frozen=True)
+class ClassValueRow:
+    """A participant's value in one round for the validation samples of one label (they sum to its
+    value) and its standard error."""
+
+    round: int
+    participant: str
+    label: int
+    fedsv: float
+    stderr: float
+
+
+@dataclass(frozen=True)
 class TrafficRow:
     """Bytes and messages of one RPC in one direction ("up" = participant -> coordinator) in one round."""
 

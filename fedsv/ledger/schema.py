@@ -8,14 +8,14 @@ from collections.abc import Callable
 
 from fedsv.ledger.records import RoundRecord, RoundStatus, ValueRow
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version 2 added the updates table (each aggregated update's sample count) and the rounds' valued_at
 (when a round's values were committed: valuation may run behind the rounds). Version 3 added the
 rounds' status (pending, valued, not_valued), which older files spell as the method "pending" or
 "none". Version 4 added each value's standard error (round_values.fedsv_stderr) and each round's
-largest (rounds.max_stderr); older rows read as not recorded (NULL), those of exact rounds as 0. A
-coordinator migrates an older file when it opens it (MIGRATIONS); a reader reads it as is
-(round_columns)."""
+largest (rounds.max_stderr); older rows read as not recorded (NULL), those of exact rounds as 0.
+Version 5 added the values per validation label (class_values). A coordinator migrates an older file
+when it opens it (MIGRATIONS); a reader reads it as is (round_columns)."""
 
 STRICT = " STRICT" if sqlite3.sqlite_version_info >= (3, 37, 0) else ""
 ROUND_FIELDS = [(f.name, str(f.type)) for f in dataclasses.fields(RoundRecord)]
@@ -37,6 +37,11 @@ _UPDATES_TABLE = (
     "num_samples INTEGER NOT NULL CHECK (num_samples >= 1), train_seconds REAL NOT NULL, "
     f"PRIMARY KEY (round, participant)){STRICT}"
 )
+_CLASS_VALUES_TABLE = (
+    "CREATE TABLE class_values (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
+    "label INTEGER NOT NULL CHECK (label >= 0), fedsv REAL NOT NULL, stderr REAL, "
+    f"PRIMARY KEY (round, participant, label)){STRICT}"
+)
 CREATE = [
     f"CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL){STRICT}",
     "CREATE TABLE run (id INTEGER PRIMARY KEY CHECK (id = 1), run_id TEXT NOT NULL, config TEXT NOT NULL, "
@@ -52,6 +57,7 @@ CREATE = [
     "CREATE TABLE checkpoint (id INTEGER PRIMARY KEY CHECK (id = 1), round INTEGER NOT NULL REFERENCES "
     f"rounds(round), global_params BLOB NOT NULL, rng_state TEXT NOT NULL, extra TEXT NOT NULL){STRICT}",
     _UPDATES_TABLE,
+    _CLASS_VALUES_TABLE,
 ]
 
 _STATUS_OF_METHOD = (
@@ -81,7 +87,11 @@ def _to_4(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE rounds SET max_stderr = 0 WHERE method = 'exact'")
 
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4}
+def _to_5(conn: sqlite3.Connection) -> None:
+    conn.execute(_CLASS_VALUES_TABLE)
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
 """version -> the step that brings a file of that version to the next."""
 
 

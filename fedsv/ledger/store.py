@@ -7,109 +7,37 @@ import json
 import logging
 import math
 import sqlite3
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
-from types import TracebackType
+from collections.abc import Sequence
 from typing import Any
 
 from fedsv.ledger import schema
 from fedsv.ledger.checkpoint import Checkpoint
-from fedsv.ledger.checks import LedgerError, check_commit, check_updates, check_values
-from fedsv.ledger.records import RoundRecord, RoundStatus, TrafficRow, UpdateRow, ValuationSummary, ValueRow
+from fedsv.ledger.checks import LedgerError, check_classes, check_commit, check_updates, check_values
+from fedsv.ledger.connection import LedgerFile
+from fedsv.ledger.records import (
+    ClassValueRow,
+    RoundRecord,
+    RoundStatus,
+    TrafficRow,
+    UpdateRow,
+    ValuationSummary,
+    ValueRow,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Ledger", "LedgerError"]
 
-# FULL: in WAL mode every COMMIT fsyncs the WAL, so a round already reported (metrics, progress) also
-# survives power loss; NORMAL survives only a process crash, and a re-run of a lost round could pay
-# differently (other stragglers). The cost, one fsync per round, is noise next to a round.
-SYNCHRONOUS = "FULL"
 
-
-def _value_row(row: ValueRow) -> tuple[Any, ...]:
+def _value_row(row: ValueRow | ClassValueRow) -> tuple[Any, ...]:
     """A value row as SQL parameters: a NaN (not recorded) is NULL."""
     return tuple(None if isinstance(v, float) and math.isnan(v) else v for v in dataclasses.astuple(row))
 
 
-class Ledger:
-    """One run's ledger at `path` in WAL mode: one writer thread; readers open their own read_only=True."""
-
-    def __init__(self, path: str | Path, read_only: bool = False) -> None:
-        self.path = Path(path)
-        self.read_only = read_only
-        self._lock = threading.Lock()
-        self._empty = False
-        self._version = schema.SCHEMA_VERSION  # of the file: older ones are read as they are
-        if read_only and not self.path.is_file():
-            raise LedgerError(f"no ledger at {self.path}")
-        target = f"{self.path.resolve().as_uri()}?mode=ro" if read_only else str(self.path)
-        try:  # isolation_level=None: transactions are explicit (BEGIN ... COMMIT under _lock)
-            self._conn = sqlite3.connect(
-                target, uri=read_only, timeout=10.0, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from exc
-        try:
-            if read_only:
-                self._conn.execute("PRAGMA query_only = ON")
-            else:
-                mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise LedgerError(f"{self.path}: could not switch to WAL journal mode (got {mode})")
-                self._conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
-                self._conn.execute("PRAGMA foreign_keys = ON")
-            self._open_schema()
-        except (sqlite3.Error, LedgerError) as exc:
-            self._conn.close()
-            if isinstance(exc, LedgerError):
-                raise
-            raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from exc
-
-    def _open_schema(self) -> None:
-        """Check the schema version; create the schema in a new file, migrate an older one (a writer);
-        a reader sees an empty ledger in a file without a schema yet."""
-        with self._transaction(write=not self.read_only) as conn:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            self._empty = not tables and self.read_only
-            if "meta" in tables:
-                row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                known = [str(v) for v in range(1, schema.SCHEMA_VERSION + 1)]
-                if row is None or row[0] not in known:
-                    found = row[0] if row else "?"
-                    raise LedgerError(f"{self.path}: schema {found}; this fedsv reads {', '.join(known)}")
-                self._version = int(row[0])
-                if self._version < schema.SCHEMA_VERSION and not self.read_only:
-                    schema.migrate(conn, self._version)
-                    logger.info("ledger %s: schema %d -> %d", self.path, self._version, schema.SCHEMA_VERSION)
-                    self._version = schema.SCHEMA_VERSION
-            elif tables:
-                raise LedgerError(f"{self.path}: not a fedsv ledger (tables {sorted(tables)})")
-            elif not self.read_only:
-                for statement in schema.CREATE:
-                    conn.execute(statement)
-                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(schema.SCHEMA_VERSION),))
-                logger.info("created ledger %s (schema %d)", self.path, schema.SCHEMA_VERSION)
-
-    @contextmanager
-    def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE (a write) or BEGIN (a consistent read) ... COMMIT; ROLLBACK on any exception."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield self._conn
-                self._conn.execute("COMMIT")
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
-
-    def _writable(self) -> None:
-        if self.read_only:
-            raise LedgerError(f"{self.path}: opened read-only")
+class Ledger(LedgerFile):
+    """One run's ledger: its rounds, values, traffic and checkpoint, written in one transaction a round
+    (LedgerFile: WAL mode, one writer thread; readers open their own read_only=True)."""
 
     def ensure_run(self, run_id: str, config: dict[str, Any]) -> None:
         """Record the run on its first start; on a resume, refuse another run id or config."""
@@ -147,8 +75,10 @@ class Ledger:
         traffic: Sequence[TrafficRow],
         checkpoint: Checkpoint,
         updates: Sequence[UpdateRow] = (),
+        classes: Sequence[ClassValueRow] = (),
     ) -> None:
-        """Write the round, its values and traffic and the checkpoint in ONE transaction: all or nothing.
+        """Write the round, its values (and values per label) and traffic and the checkpoint in ONE
+        transaction: all or nothing.
 
         Rounds are numbered 1, 2, ... without gaps; a round already recorded raises LedgerError and
         changes nothing. Malformed rows raise LedgerError before anything is written.
@@ -156,6 +86,7 @@ class Ledger:
         self._writable()
         check_commit(record, values, traffic, checkpoint)
         check_updates(record, updates)
+        check_classes(record.round, record.received, classes)
         row = [
             json.dumps(v) if isinstance(v, list) else None if isinstance(v, float) and math.isnan(v) else v
             for v in (getattr(record, n) for n, _ in schema.ROUND_FIELDS)
@@ -173,6 +104,7 @@ class Ledger:
                     "INSERT INTO traffic VALUES (?, ?, ?, ?, ?)", map(dataclasses.astuple, traffic)
                 )
                 conn.executemany("INSERT INTO updates VALUES (?, ?, ?, ?)", map(dataclasses.astuple, updates))
+                self._insert_classes(conn, classes)
                 self._save_checkpoint(conn, checkpoint)
         except sqlite3.Error as exc:
             raise LedgerError(f"round {record.round} not recorded: {exc}") from exc
@@ -184,14 +116,6 @@ class Ledger:
             "INSERT OR REPLACE INTO checkpoint VALUES (1, ?, ?, ?, '{}')",
             (checkpoint.round, checkpoint.global_params, checkpoint.rng_state),
         )
-
-    def _query(self, sql: str) -> list[tuple[Any, ...]]:
-        if self._empty:  # a reader opened before the coordinator created the schema: look again
-            self._open_schema()
-            if self._empty:
-                return []
-        with self._transaction(write=False) as conn:
-            return conn.execute(sql).fetchall()
 
     def last_checkpoint(self) -> Checkpoint | None:
         rows = self._query("SELECT round, global_params, rng_state FROM checkpoint WHERE id = 1")
@@ -229,7 +153,24 @@ class Ledger:
             ValueRow(r[0], r[1], r[2], r[3], r[4], r[5], math.nan if r[6] is None else r[6]) for r in rows
         ]
 
-    def commit_values(self, number: int, values: Sequence[ValueRow], summary: ValuationSummary) -> None:
+    @staticmethod
+    def _insert_classes(conn: sqlite3.Connection, rows: Sequence[ClassValueRow]) -> None:
+        conn.executemany("INSERT INTO class_values VALUES (?, ?, ?, ?, ?)", map(_value_row, rows))
+
+    def class_values(self) -> list[ClassValueRow]:
+        """Every value per label, by round, participant and label (none in files before schema 5)."""
+        if self._version < 5:
+            return []
+        rows = self._query("SELECT * FROM class_values ORDER BY round, participant, label")
+        return [ClassValueRow(r[0], r[1], r[2], r[3], math.nan if r[4] is None else r[4]) for r in rows]
+
+    def commit_values(
+        self,
+        number: int,
+        values: Sequence[ValueRow],
+        summary: ValuationSummary,
+        classes: Sequence[ClassValueRow] = (),
+    ) -> None:
         """Record a pending round's values and its valuation fields, in one transaction.
 
         Rounds are valued in order: the round must be the first one still pending. Value rows must
@@ -254,6 +195,8 @@ class Ledger:
                     + [number],
                 )
                 conn.executemany(schema.value_insert(), map(_value_row, values))
+                check_classes(number, json.loads(received), classes)
+                self._insert_classes(conn, classes)
         except sqlite3.Error as exc:
             raise LedgerError(f"values of round {number} not recorded: {exc}") from exc
 
@@ -280,6 +223,7 @@ class Ledger:
             "integrity_check": "PRAGMA integrity_check",
             "orphan values": orphans.format("round_values"),
             "orphan traffic": orphans.format("traffic"),
+            "orphan values per label": orphans.format("class_values") if self._version >= 5 else "SELECT 1",
             "checkpoint of the last round": "SELECT (SELECT max(round) FROM rounds) IS "
             "(SELECT round FROM checkpoint WHERE id = 1)",
         }
@@ -287,15 +231,3 @@ class Ledger:
         if failed:
             logger.warning("ledger %s failed checks: %s", self.path, ", ".join(failed))
         return not failed
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    def __enter__(self) -> Ledger:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

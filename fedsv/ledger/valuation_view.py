@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedsv.ledger.records import RoundRecord, RoundStatus, ValuationSummary, ValueRow
+from fedsv.ledger.records import ClassValueRow, RoundRecord, RoundStatus, ValuationSummary, ValueRow
 from fedsv.valuation import FederatedValuation, RoundValues
+from fedsv.valuation.by_class import ClassValues
 from fedsv.valuation.rounds import normalized
 
 
@@ -36,6 +37,19 @@ def value_rows(values: RoundValues) -> list[ValueRow]:
     ]
 
 
+def class_rows(values: RoundValues) -> list[ClassValueRow]:
+    """A round's values per validation label as ledger rows; none where the round was not split."""
+    if values.classes is None or values.method == "none":
+        return []
+    return [
+        ClassValueRow(values.round, pid, label, float(value), float(error))
+        for i, pid in enumerate(values.participants)
+        for label, (value, error) in enumerate(
+            zip(values.classes.values[i], values.classes.stderr[i], strict=True)
+        )
+    ]
+
+
 def valuation_summary(values: RoundValues, valued_at: float) -> ValuationSummary:
     """The fields a round's record gains from its values."""
     return ValuationSummary(
@@ -52,7 +66,10 @@ def valuation_summary(values: RoundValues, valued_at: float) -> ValuationSummary
 
 
 def federated_valuation(
-    records: Sequence[RoundRecord], rows: Sequence[ValueRow], world: Sequence[str] | None = None
+    records: Sequence[RoundRecord],
+    rows: Sequence[ValueRow],
+    world: Sequence[str] | None = None,
+    classes: Sequence[ClassValueRow] = (),
 ) -> FederatedValuation:
     """The per-round values the ledger holds, back as valuation's accounting (rounds valued "none": none);
     `world`: every participant of the run (FederatedValuation).
@@ -65,6 +82,9 @@ def federated_valuation(
     for row in rows:
         by_round.setdefault(row.round, []).append(row)
     accounting = FederatedValuation(world)
+    classes_of: dict[int, list[ClassValueRow]] = {}
+    for class_row in classes:
+        classes_of.setdefault(class_row.round, []).append(class_row)
     for number, round_rows in sorted(by_round.items()):
         record = record_of.get(number)
         if record is None:
@@ -81,6 +101,7 @@ def federated_valuation(
                 evaluations=record.evaluations,
                 seconds=record.valuation_seconds,
                 stderr=_recorded([r.fedsv_stderr for r in round_rows]),
+                classes=_by_label(classes_of.get(number, []), [r.participant for r in round_rows]),
             )
         )
     return accounting
@@ -90,3 +111,15 @@ def _recorded(errors: list[float]) -> np.ndarray | None:
     """A round's standard errors as read back; None when the ledger did not record them."""
     array = np.array(errors, dtype=np.float64)
     return None if np.any(np.isnan(array)) else array
+
+
+def _by_label(rows: list[ClassValueRow], participants: list[str]) -> ClassValues | None:
+    """A round's values per label as read back (participants in the round's order); None if none."""
+    if not rows:
+        return None
+    labels = 1 + max(r.label for r in rows)
+    index = {pid: i for i, pid in enumerate(participants)}
+    values, errors = np.zeros((len(participants), labels)), np.zeros((len(participants), labels))
+    for r in rows:
+        values[index[r.participant], r.label], errors[index[r.participant], r.label] = r.fedsv, r.stderr
+    return ClassValues(values, errors)

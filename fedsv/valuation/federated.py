@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from fedsv.valuation.api import Plan
 from fedsv.valuation.completion import Completed, complete
 from fedsv.valuation.game import Game
 from fedsv.valuation.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
 from fedsv.valuation.spec import ValuationSpec
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class ClassTotals:
+    """Values per validation label summed over rounds: `rounds_split` of the `rounds` were split by label
+    (a round valued by GTG-Shapley is not); participant -> (labels,) arrays."""
+
+    labels: int
+    values: dict[str, FloatArray]
+    stderr: dict[str, FloatArray]
+    rounds_split: int
+    rounds: int
 
 
 class FederatedValuation:
@@ -80,6 +96,22 @@ class FederatedValuation:
             ids, completed = self.completed()
             out["fedsv_completed"] = dict(zip(ids, map(float, completed.totals), strict=True))
         return {key: out[key] for key in TOTAL_KEYS}
+
+    def class_totals(self) -> ClassTotals:
+        """Per participant, its FedSV per validation label summed over the rounds valued by label (with
+        the root of the summed variances); they add up to its FedSV when every round was."""
+        split = [rv for rv in self.per_round() if rv.classes is not None]
+        labels = max((rv.classes.values.shape[1] for rv in split if rv.classes is not None), default=0)
+        values: dict[str, FloatArray] = {}
+        variance: dict[str, FloatArray] = {}
+        for rv in split:
+            assert rv.classes is not None
+            width = rv.classes.values.shape[1]
+            for i, pid in enumerate(rv.participants):
+                values.setdefault(pid, np.zeros(labels))[:width] += rv.classes.values[i]
+                variance.setdefault(pid, np.zeros(labels))[:width] += np.square(rv.classes.stderr[i])
+        stderr = {pid: np.sqrt(v) for pid, v in variance.items()}
+        return ClassTotals(labels, values, stderr, len(split), len(self._rounds))
 
     def completed(self) -> tuple[list[str], Completed]:
         """The completed totals (completion.complete) of every participant of the world, in that order;

@@ -112,6 +112,11 @@ class Game:
         """Do the game's one-off set-up now (e.g. a round game's per-round precomputation), so that timing
         a batch of evaluations measures the cost per coalition only. The base game has none."""
 
+    def components(self) -> list[Game] | None:
+        """Games whose utilities sum to this game's on every coalition (a round game's per-label games),
+        computed from what this game evaluated; None when the game does not split."""
+        return None
+
     def evaluate_uncached(self, members: BoolMatrix) -> FloatArray:
         """Utilities of `members` computed afresh, neither read from nor added to the cache (to time
         the game without changing what an estimator will find cached)."""

@@ -12,9 +12,10 @@ from torch import Tensor, nn
 
 from fedsv.fl.aggregation import AggregationRule
 from fedsv.fl.device import resolve_device
+from fedsv.valuation.class_scores import ClassScores, LabelGame
 from fedsv.valuation.device import PRECISIONS, default_budget_mb, lives_on
 from fedsv.valuation.executors import MODES, Compute, Executor, Memory, plan_executor
-from fedsv.valuation.game import BoolMatrix, FloatArray, Game
+from fedsv.valuation.game import BoolMatrix, FloatArray, Game, bitmasks
 from fedsv.valuation.round_inputs import Metric, RoundInputs, coalition_weights
 
 logger = logging.getLogger(__name__)
@@ -124,6 +125,13 @@ class RoundGame(Game):
         budget_mb = default_budget_mb(self.device) if memory_budget_mb is None else float(memory_budget_mb)
         self.memory = Memory.of(self.device, budget_mb, working_set_floats)
         self.compute = Compute(self.model, self.device, precision)
+        with self.compute.computing():
+            self.inputs.classes = int(self.model(self.inputs.x_val[:1]).shape[-1])
+        if int(self.inputs.y_val.max()) >= self.inputs.classes or int(self.inputs.y_val.min()) < 0:
+            raise ValueError(
+                f"validation labels must lie in 0..{self.inputs.classes - 1}, the model's outputs"
+            )
+        self.class_scores = ClassScores(self.m, self.inputs.classes)
         self.executor: Executor
         self.executor, reason = plan_executor(mode, self.inputs, self.compute, self.memory, fused)
         self.mode = self.executor.mode
@@ -133,10 +141,16 @@ class RoundGame(Game):
         """Do the round's one-off work now (mode "fast": the stem outputs, when they fit the budget)."""
         self.executor.prepare()
 
+    def components(self) -> list[Game]:
+        """The games of the validation labels (class_scores.LabelGame): they sum to this game."""
+        return [LabelGame(self.class_scores, label) for label in range(self.inputs.classes)]
+
     def _evaluate(self, members: BoolMatrix) -> FloatArray:
         coeffs = coalition_weights(members, self.inputs)
         with self.compute.computing():
             totals = self.executor.totals(coeffs)
         # The one copy to the host of this batch of coalitions.
-        utilities: FloatArray = (totals / float(self.inputs.num_samples)).cpu().numpy()
-        return utilities
+        n = float(self.inputs.num_samples)
+        by_label, utilities = (totals / n).cpu().numpy(), (totals.sum(dim=1) / n).cpu().numpy()
+        self.class_scores.add(bitmasks(members), by_label)
+        return np.asarray(utilities, dtype=np.float64)

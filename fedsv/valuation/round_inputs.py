@@ -47,6 +47,7 @@ class RoundInputs:
     metric: Metric
     rule: AggregationRule = field(default_factory=AggregationRule)
     distances: Tensor | None = None  # pairwise squared distances of the deltas (selecting rules)
+    classes: int = 0  # the model's outputs: scores are split by validation label (set by RoundGame)
 
     @property
     def m(self) -> int:
@@ -176,27 +177,36 @@ def coalition_weights(members: BoolMatrix, inputs: RoundInputs) -> Tensor:
 
 
 def score_logits(logits: Tensor, y: Tensor, metric: Metric) -> Tensor:
-    """Sum over samples of the per-sample score, per coalition: float64 (B,) on the logits' device.
+    """Per coalition and class, the sum of the per-sample scores of the samples of that label: float64
+    (B, classes) on the logits' device. The row sums are the coalitions' scores (U times n); every
+    metric here is a mean of per-sample scores, so each splits by label the same way.
 
     `logits` has shape (B, n, classes); logits in a lower precision (bfloat16 under autocast) are scored
     in float32. Nothing here waits for the device: the caller copies the totals to the host.
     """
     if logits.dtype in (torch.bfloat16, torch.float16):
         logits = logits.float()
+    batch, classes = logits.shape[0], logits.shape[-1]
     if callable(metric):
-        per_coalition = []
-        for b in range(logits.shape[0]):
+        rows = []
+        for b in range(batch):
             scores = metric(logits[b], y)
             if not isinstance(scores, Tensor) or tuple(scores.shape) != (y.shape[0],):
                 shape = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
                 raise ValueError(
                     f"metric must return one score per sample, shape ({y.shape[0]},); got {shape}"
                 )
-            per_coalition.append(scores.detach().to(torch.float64).sum())
-        return torch.stack(per_coalition).to(logits.device)
-    if metric == "accuracy":
-        correct = (logits.argmax(dim=-1) == y.unsqueeze(0)).sum(dim=1)
-        return correct.to(torch.float64)
-    log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
-    picked = log_probs.gather(-1, y.view(1, -1, 1).expand(logits.shape[0], -1, 1)).squeeze(-1)
-    return picked.sum(dim=1)
+            rows.append(scores.detach().to(device=logits.device, dtype=torch.float64))
+        per_sample = torch.stack(rows)
+    elif metric == "accuracy":
+        per_sample = (logits.argmax(dim=-1) == y.unsqueeze(0)).to(torch.float64)
+    else:
+        log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
+        per_sample = log_probs.gather(-1, y.view(1, -1, 1).expand(batch, -1, 1)).squeeze(-1)
+    return by_label(per_sample, y, classes)
+
+
+def by_label(per_sample: Tensor, y: Tensor, classes: int) -> Tensor:
+    """(B, n) per-sample scores summed per label: (B, classes)."""
+    out = torch.zeros((per_sample.shape[0], classes), dtype=torch.float64, device=per_sample.device)
+    return out.index_add_(1, y, per_sample.to(torch.float64))

@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsv.valuation.api import Plan, make_estimator, plan_game
+from fedsv.valuation.by_class import ClassValues, class_values
 from fedsv.valuation.game import Game
 from fedsv.valuation.loo import LeaveOneOut
 from fedsv.valuation.spec import ValuationSpec
@@ -43,6 +44,7 @@ class RoundValues:
     evaluations: int
     seconds: float
     stderr: npt.NDArray[np.float64] | None = None
+    classes: ClassValues | None = None  # per participant and validation label (by_class); None: not split
 
     def __post_init__(self) -> None:
         self.fedsv = np.asarray(self.fedsv, dtype=np.float64)
@@ -60,6 +62,10 @@ class RoundValues:
             )
         if self.stderr is not None and self.stderr.shape != (n,):
             raise ValueError(f"round {self.round}: {n} participants but stderr {self.stderr.shape}")
+        if self.classes is not None and self.classes.values.shape[0] != n:
+            raise ValueError(
+                f"round {self.round}: {n} participants, values per label of {self.classes.values.shape[0]}"
+            )
 
     @property
     def max_stderr(self) -> float:
@@ -101,6 +107,7 @@ def value_round(
         on_plan(chosen)
     result = make_estimator(chosen, spec).run(game)
     loo = LeaveOneOut().run(game)
+    classes = class_values(game, chosen, spec, result)
     seconds = time.perf_counter() - start
     rv = RoundValues(
         round=int(round),
@@ -113,6 +120,7 @@ def value_round(
         evaluations=game.evaluations - before,
         seconds=seconds,
         stderr=np.zeros(game.m) if result.stderr is None else result.stderr,
+        classes=classes,
     )
     logger.info(
         "round %d: %s over %d participants, %d evaluations, %.3fs, largest stderr %.2g, residual %.2e",

@@ -50,9 +50,10 @@ class ToTarget(Estimator):
         m, start = game.m, game.evaluations
         cap = min(self.cap, 2**m)
         allowance = min(cap, max(minimum_budget(m) + FIRST_BUDGET_PER_PLAYER * m, 2))
-        attempts = 0
+        attempts, allowances = 0, []
         while True:
             attempts += 1
+            allowances.append(allowance)
             # an attempt may evaluate `allowance` new coalitions; those of earlier attempts are free
             result = self.sampler.configured(allowance, self.settings).run(game)
             spent = game.evaluations - start
@@ -70,6 +71,7 @@ class ToTarget(Estimator):
             "attempts": attempts,
             "evaluations": spent,
             "cap": self.cap,
+            "allowances": allowances,  # each attempt's budget: what a replay needs (by_class)
         }
         extra = {**result.extra, "target": target}
         return Outcome(

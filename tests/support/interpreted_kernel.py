@@ -1,8 +1,9 @@
 """The fused head kernel on the CPU, under Triton's interpreter: run as a script with TRITON_INTERPRET=1.
 
 `python -m tests.support.interpreted_kernel` prints one JSON object: for random heads of awkward sizes,
-the kernel's correct counts and those of a float64 reference; and for a real round game of the paper's
-MLP, per coalition, the kernel's counts through FusedHead and the layer-by-layer head's (StackedHead).
+the kernel's correct counts per label and those of a float64 reference; and for a real round game of the
+paper's MLP, per coalition and label, the kernel's counts through FusedHead and the layer-by-layer
+head's (StackedHead).
 The environment variable must be set before Triton is imported, hence a process of its own.
 """
 
@@ -19,13 +20,13 @@ from fedsv.valuation import RoundGame
 from fedsv.valuation.exact import all_coalitions
 from fedsv.valuation.executors import Compute, fused_head
 from fedsv.valuation.executors.fast import FastExecutor, FusedHead
-from fedsv.valuation.round_inputs import coalition_weights
+from fedsv.valuation.round_inputs import by_label, coalition_weights
 
 SIZES = [(70, 40, 72, 3), (5, 16, 16, 16), (130, 200, 200, 10)]
 """(samples, stem width, hidden width, classes): not multiples of the kernel's blocks, and the MLP's."""
 
 
-def random_heads() -> list[dict[str, list[int]]]:
+def random_heads() -> list[dict[str, list[int] | list[list[int]]]]:
     out = []
     for n, d1, d2, classes in SIZES:
         gen = torch.Generator().manual_seed(n)
@@ -42,13 +43,13 @@ def random_heads() -> list[dict[str, list[int]]]:
         p64 = {k: v.double() for k, v in params.items()}
         hidden = torch.relu(torch.baddbmm(p64["1.bias"][:, None], h1.double(), p64["1.weight"].mT))
         logits = torch.baddbmm(p64["3.bias"][:, None], hidden, p64["3.weight"].mT)
-        expected = (logits.argmax(-1) == y).sum(1)
+        expected = by_label((logits.argmax(-1) == y).double(), y, classes)
         got = fused_head.correct_counts(plan, h1, params, y, "tf32")
-        out.append({"n": [n], "kernel": got.tolist(), "reference": expected.tolist()})
+        out.append({"n": [n], "kernel": got.tolist(), "reference": expected.long().tolist()})
     return out
 
 
-def round_game() -> dict[str, list[float]]:
+def round_game() -> dict[str, list[list[float]]]:
     """Every coalition of a 6-participant round of the paper's MLP: the fused kernel against the head
     the game runs on the CPU (stacked matmul), from the same stem outputs."""
     torch.manual_seed(0)
@@ -67,8 +68,8 @@ def round_game() -> dict[str, list[float]]:
     coeffs = coalition_weights(all_coalitions(game.m), game.inputs)
     with game.compute.computing():
         chunk, _ = executor.chunking()
-        kernel = torch.zeros(coeffs.shape[0], dtype=torch.float64)
-        layered = torch.zeros(coeffs.shape[0], dtype=torch.float64)
+        kernel = torch.zeros((coeffs.shape[0], game.inputs.classes), dtype=torch.float64)
+        layered = torch.zeros((coeffs.shape[0], game.inputs.classes), dtype=torch.float64)
         for start, base, per_delta in executor.stems.chunks(chunk):
             labels = game.inputs.y_val[start : start + base.shape[0]]
             kernel += fused.score(coeffs, base, per_delta, labels)

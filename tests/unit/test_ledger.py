@@ -203,6 +203,8 @@ def test_update_rows_record_each_aggregated_count(ledger: Ledger) -> None:
 def _downgrade(path: Path, version: int) -> None:
     """Make a current ledger look like what a coordinator of schema `version` left."""
     with sqlite3.connect(path) as conn:
+        if version < 5:  # no values per label
+            conn.execute("DROP TABLE class_values")
         if version < 4:  # no standard errors
             conn.execute("ALTER TABLE round_values DROP COLUMN fedsv_stderr")
             conn.execute("ALTER TABLE rounds DROP COLUMN max_stderr")
@@ -231,7 +233,7 @@ def test_a_schema_1_ledger_is_read_and_migrated(tmp_path: Path) -> None:
         assert ledger.updates() == []  # commit() records no update rows
         assert [r.status for r in ledger.rounds()] == [RoundStatus.VALUED] * 2
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("5",)
 
 
 def test_a_schema_2_ledger_reads_its_pending_rounds_by_method_and_migrates_them(tmp_path: Path) -> None:

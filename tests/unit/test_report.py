@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from fedsv.app.cli import main as fedsv_main
-from fedsv.app.report import build_report, format_table, write_outputs
-from fedsv.ledger import Checkpoint, Ledger, TrafficRow, UpdateRow, ValueRow
+from fedsv.app.report import build_report, write_outputs
+from fedsv.app.report_text import format_table
+from fedsv.ledger import Checkpoint, ClassValueRow, Ledger, LedgerError, TrafficRow, UpdateRow, ValueRow
 from fedsv.valuation import FederatedValuation, RoundValues
 from tests.support.records import make_record
 
@@ -164,3 +165,33 @@ def test_adjacent_ranks_within_their_combined_error_are_marked() -> None:
     assert separated(a, {"fedsv": 0.10, "fedsv_stderr": 0.0}) is False  # a tie
     assert separated({"fedsv": 0.1, "fedsv_stderr": 0.0}, {"fedsv": 0.09, "fedsv_stderr": 0.0}) is True
     assert separated(a, {"fedsv": 0.0, "fedsv_stderr": None}) is None
+
+
+def test_values_per_label_are_stored_reported_and_drawn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "run"
+    directory.mkdir()
+    record = make_record(1, ["p000", "p001"], ["p000", "p001"])
+    values = [ValueRow(1, "p000", 0.03, 0.02, 0.9, 0.8), ValueRow(1, "p001", -0.01, 0.0, -0.3, 0.0)]
+    by_label = {"p000": [0.02, 0.01, 0.0], "p001": [0.01, -0.025, 0.005]}  # they sum to the values
+    classes = [ClassValueRow(1, pid, k, v, 0.0) for pid, row in by_label.items() for k, v in enumerate(row)]
+    with Ledger(directory / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-labels", {"participants": 2})
+        ledger.commit_round(record, values, [], Checkpoint(1, b"w", "{}"), classes=classes)
+        assert ledger.class_values() == classes
+        with pytest.raises(LedgerError, match="per label"):
+            bad = make_record(2, ["p000"], ["p000"])
+            ledger.commit_round(
+                bad, [], [], Checkpoint(2, b"w", "{}"), classes=[ClassValueRow(2, "p009", 0, 0.1, 0.0)]
+            )
+    report = build_report(directory)
+    assert report["classes"]["labels"] == 3 and report["classes"]["totals"] == by_label
+    outputs = write_outputs(directory)
+    assert outputs["class_values.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with outputs["values.csv"].open() as handle:
+        rows = {r["participant"]: r for r in csv.DictReader(handle)}
+    assert [float(rows["p001"][f"fedsv_label_{k}"]) for k in range(3)] == by_label["p001"]
+    assert fedsv_main(["report", str(directory), "--by-class"]) == 0
+    printed = capsys.readouterr().out
+    assert "1 of 1 rounds split" in printed and "-0.02500" in printed

@@ -11,7 +11,16 @@ from prometheus_client import CollectorRegistry
 from torch import Tensor
 
 from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.ledger import Checkpoint, Ledger, RoundRecord, TrafficRow, UpdateRow, encode_params, value_rows
+from fedsv.ledger import (
+    Checkpoint,
+    Ledger,
+    RoundRecord,
+    TrafficRow,
+    UpdateRow,
+    class_rows,
+    encode_params,
+    value_rows,
+)
 from fedsv.valuation import FederatedValuation, RoundValues
 
 logger = logging.getLogger(__name__)
@@ -55,13 +64,13 @@ class RunRecorder:
         params: dict[str, Tensor],
     ) -> None:
         """Record a round (values None: nothing was aggregated; values already in `accounting`)."""
-        rows = value_rows(values) if values is not None else []
+        rows, classes = (value_rows(values), class_rows(values)) if values is not None else ([], [])
         # Flower replies carry no training time of their own: 0.0 stands for "not reported".
         updates = [UpdateRow(record.round, pid, n, 0.0) for pid, n in num_samples.items()]
         if self.ledger is not None:
             # The coordinator's own checkpoint format, so a Flower ledger reads back like a fedsv one.
             checkpoint = Checkpoint(record.round, encode_params(params), "{}")
-            self.ledger.commit_round(record, rows, traffic, checkpoint, updates)
+            self.ledger.commit_round(record, rows, traffic, checkpoint, updates, classes)
         if self.metrics is not None:
             self.metrics.observe_round(record, self.accounting.totals(), self.accounting.errors())
         logger.debug("recorded round %d (%d values)", record.round, len(rows))

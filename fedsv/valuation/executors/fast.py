@@ -45,7 +45,7 @@ class Head(ABC):
 
     @abstractmethod
     def score(self, c: Tensor, base: Tensor, per_delta: Tensor, y: Tensor) -> Tensor:
-        """Summed per-sample scores (B,) float64 of a chunk's samples with labels y."""
+        """Per-sample scores of a chunk's samples with labels y, summed per label: (B, classes) float64."""
 
     def state(self, rel: str, c: Tensor) -> Tensor:
         """A head tensor (by its name relative to the head) of every coalition in the batch."""
@@ -153,7 +153,9 @@ class FastExecutor(Executor):
                     pass
 
     def totals(self, coeffs: Tensor) -> Tensor:
-        totals = torch.zeros(coeffs.shape[0], dtype=torch.float64, device=self.compute.device)
+        totals = torch.zeros(
+            (coeffs.shape[0], self.inputs.classes), dtype=torch.float64, device=self.compute.device
+        )
         y = self.inputs.y_val
         chunk, batch = self.chunking()
         for start, base, per_delta in self.stems.chunks(chunk):

@@ -86,8 +86,8 @@ def plan(head: nn.Module, device: torch.device, precision: str, metric: object) 
 def correct_counts(
     fused: FusedMLPHead, h1: Tensor, params: dict[str, Tensor], y: Tensor, precision: str
 ) -> Tensor:
-    """Correct predictions per coalition (B,) int32, from ReLU'd stem sums h1 (B, n, d1) and the
-    coalitions' stacked head parameters (name -> (B, *shape))."""
+    """Correct predictions per coalition and label (B, classes) int32, from ReLU'd stem sums h1 (B, n, d1)
+    and the coalitions' stacked head parameters (name -> (B, *shape))."""
     kernel = _load_kernel()
     batch, n, d1 = h1.shape
     w2 = params[fused.hidden_weight].contiguous()
@@ -95,7 +95,7 @@ def correct_counts(
     w3 = params[fused.out_weight].contiguous()
     b3 = params[fused.out_bias].contiguous()
     d2, classes = w2.shape[1], fused.classes
-    out = torch.zeros(batch, dtype=torch.int32, device=h1.device)
+    out = torch.zeros((batch, classes), dtype=torch.int32, device=h1.device)
     grid = (batch, (n + TILE["BLOCK_N"] - 1) // TILE["BLOCK_N"])
     kernel[grid](
         h1.contiguous(),

@@ -1,4 +1,4 @@
-"""The Triton kernel of fused_head: one coalition's tile of samples through ReLU-Linear-ReLU-Linear-argmax."""
+"""The Triton kernel of fused_head: a tile of a coalition's samples through ReLU-Linear-ReLU-Linear-argmax."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def mlp_head_accuracy(
     W3,  # (B, C, D2) output Linear weight of each coalition
     B3,  # (B, C)
     Y,  # (n,) int32 labels
-    OUT,  # (B,) int32 correct predictions, accumulated
+    OUT,  # (B, C) int32 correct predictions per label, accumulated
     n,
     D1: tl.constexpr,  # layer sizes are compile-time: the block loops unroll (one compile per model)
     D2: tl.constexpr,
@@ -57,9 +57,9 @@ def mlp_head_accuracy(
     logits += tl.load(B3 + b * C + cls, mask=cls_ok, other=0.0)[None, :]
     logits = tl.where(cls_ok[None, :], logits, float("-inf"))
     pred = tl.argmax(logits, axis=1, tie_break_left=True)
-    y = tl.load(Y + rows, mask=row_ok, other=-1)
-    correct = tl.sum(((pred == y) & row_ok).to(tl.int32), axis=0)
-    tl.atomic_add(OUT + b, correct)
+    y = tl.load(Y + rows, mask=row_ok, other=0)
+    correct = ((pred == y) & row_ok).to(tl.int32)
+    tl.atomic_add(OUT + b * C + y, correct, mask=row_ok)
 
 
 __all__ = ["mlp_head_accuracy", "triton"]

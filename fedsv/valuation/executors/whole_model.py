@@ -36,7 +36,9 @@ class BatchedExecutor(Executor):
 
     def totals(self, coeffs: Tensor) -> Tensor:
         x, y = self.inputs.x_val, self.inputs.y_val
-        totals = torch.zeros(coeffs.shape[0], dtype=torch.float64, device=self.compute.device)
+        totals = torch.zeros(
+            (coeffs.shape[0], self.inputs.classes), dtype=torch.float64, device=self.compute.device
+        )
         probe = self.compute.model(x[:1]).numel()
         per_sample = max(probe, int(x[:1].numel()))
         batch = max(1, self.memory.budget_floats // max(1, 3 * x.shape[0] * per_sample))
@@ -57,7 +59,9 @@ class NaiveExecutor(Executor):
 
     def totals(self, coeffs: Tensor) -> Tensor:
         x, y, names = self.inputs.x_val, self.inputs.y_val, self.inputs.names
-        totals = torch.zeros(coeffs.shape[0], dtype=torch.float64, device=self.compute.device)
+        totals = torch.zeros(
+            (coeffs.shape[0], self.inputs.classes), dtype=torch.float64, device=self.compute.device
+        )
         for b in range(coeffs.shape[0]):
             state = {name: coalition_state(self.inputs, name, coeffs[b : b + 1])[0] for name in names}
             rebuilt = copy.deepcopy(self.compute.model)

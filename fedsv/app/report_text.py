@@ -1,0 +1,80 @@
+"""The run's report as text: participants ranked with their values and errors, and values per label."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedsv.app.report import ranked_rows
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} GB"
+
+
+def _plus_minus(value: float, error: float | None, digits: int) -> str:
+    """ "0.12345 ± 0.00012"; "± 0" for an exact value; "± ?" where the error is unknown."""
+    if error is None:
+        return f"{value:.{digits}f} ± ?"
+    return f"{value:.{digits}f} ± {0 if error == 0 else f'{error:.{digits}f}':<{digits + 2}}"
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """Participants ranked by FedSV, each value beside its standard error, under a header of accuracy and
+    traffic; "~" marks a rank not separated from the next at 95%."""
+    summary = report["summary"]
+    accuracy = report["final_accuracy"]
+    ratio = summary["bytes_ratio_to_minimum"]
+    up, down = _bytes(summary["bytes_up_per_round"]), _bytes(summary["bytes_down_per_round"])
+    lines = [
+        f"run {report['run_id']}: {summary['rounds']} rounds, final test accuracy "
+        + ("-" if accuracy is None else f"{accuracy:.4f}"),
+        f"traffic: {_bytes(summary['bytes_per_round'])} per round (up {up}, down {down}); "
+        + ("-" if ratio is None else f"{ratio:.3f}x")
+        + f" the physical minimum of {_bytes(summary['physical_minimum_bytes_per_round'])}",
+        "",
+        f"{'rank':>5}  {'participant':<12} {'rounds':>6} {'samples':>8} {'fedsv ± stderr':>20} "
+        f"{'fedsv_norm ± stderr':>20} {'completed ± stderr':>20} {'loo':>9} {'loo_norm':>9}",
+    ]
+    corrupted = summary.get("corrupted", {})
+    ranked = ranked_rows(report)
+    for row in ranked:
+        mark = f"  (corrupted: {corrupted[row['participant']]})" if row["participant"] in corrupted else ""
+        samples = "-" if row["num_samples"] is None else str(row["num_samples"])
+        rank = f"{row['rank_by_fedsv']:>4}{'~' if row['separated_from_next'] is False else ' '}"
+        lines.append(
+            f"{rank}  {row['participant']:<12} {row['rounds_selected']:>6} {samples:>8} "
+            f"{_plus_minus(row['fedsv'], row['fedsv_stderr'], 5):>20} "
+            f"{_plus_minus(row['fedsv_normalized'], row['fedsv_normalized_stderr'], 4):>20} "
+            f"{_plus_minus(row['fedsv_completed'], row['fedsv_completed_stderr'], 5):>20} "
+            f"{row['loo']:>9.5f} {row['loo_normalized']:>9.4f}{mark}"
+        )
+    if any(row["separated_from_next"] is False for row in ranked):
+        lines.append("\n~ not separated from the next rank at 95% (difference within 1.96 combined stderr)")
+    return "\n".join(lines)
+
+
+def format_classes(report: dict[str, Any]) -> str:
+    """Participants (best FedSV first) by validation label: each one's FedSV on that label's samples; the
+    labels of a participant add up to its FedSV when every round was valued by label."""
+    classes = report["classes"]
+    if not classes["labels"]:
+        return "no values per label: no round of this run was valued by label"
+    labels = range(classes["labels"])
+    lines = [
+        f"FedSV per validation label ({classes['rounds_split']} of {classes['rounds']} rounds split)",
+        "",
+        f"{'participant':<12} " + " ".join(f"{label:>9}" for label in labels) + f" {'sum':>9} {'fedsv':>9}",
+    ]
+    for row in ranked_rows(report):
+        values = classes["totals"].get(row["participant"])
+        if values is None:
+            continue
+        cells = " ".join(f"{v:>9.5f}" for v in values)
+        lines.append(f"{row['participant']:<12} {cells} {sum(values):>9.5f} {row['fedsv']:>9.5f}")
+    return "\n".join(lines)
