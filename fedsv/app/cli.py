@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from fedsv.app.demo import DemoConfig, main_demo
 from fedsv.app.launch import Launch, LaunchConfig, LaunchError
@@ -43,6 +44,15 @@ def _parser() -> argparse.ArgumentParser:
         "--hosts", default="", help="extra names/IPs of the coordinator, comma-separated (e.g. its DNS name)"
     )
     certs.add_argument("--days", type=int, default=365, help="validity in days (default: 365)")
+
+    payout = sub.add_parser("payout", help="split a budget among a run's participants by their values")
+    payout.add_argument("run_dir", help="run directory written by `fedsv launch`")
+    payout.add_argument("--amount", type=float, required=True, help="the budget to split")
+    payout.add_argument("--value", default="fedsv", help="fedsv | fedsv_normalized | fedsv_completed | loo")
+    payout.add_argument(
+        "--negative", default="zero", help="zero: negative values get nothing | shift: pay value - the lowest"
+    )
+    payout.add_argument("--out", default="", help="CSV to write (default RUN_DIR/payout.csv)")
 
     demo = sub.add_parser("demo", help="train FedAvg in this process and value every round's deltas")
     demo.add_argument("--config", default=None, help="JSON file of settings (flags override it)")
@@ -96,6 +106,17 @@ def main_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def main_payout(args: argparse.Namespace) -> int:
+    from fedsv.app.payout import format_payout, payout, write_csv
+
+    rows = payout(args.run_dir, args.amount, args.value, args.negative)
+    out = Path(args.out) if args.out else Path(args.run_dir) / "payout.csv"
+    write_csv(out, rows)
+    print(format_payout(rows, args.amount, args.value, args.negative))
+    print(f"\nwrote {out}")
+    return 0
+
+
 def main_report(args: argparse.Namespace) -> int:
     from fedsv.app.report import build_report
     from fedsv.app.report_text import format_classes, format_table
@@ -121,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return main_certs(args)
         if args.command == "report":
             return main_report(args)
+        if args.command == "payout":
+            return main_payout(args)
         if args.command == "study":
             return main_study(args)
         file_values = load_config_file(args.config) if args.config else None

@@ -107,3 +107,13 @@ def test_the_tabular_example_ranks_the_wrong_label_member_last(tmp_path: Path) -
     assert ranked[-1]["participant"] == "p005", ranked  # the member whose labels are all wrong
     assert float(ranked[-1]["fedsv"]) < 0 < min(float(row["fedsv"]) for row in ranked[:-1])
     assert {row["participant"]: int(row["num_samples"]) for row in rows}["p005"] == 44
+    # and the payout gives it nothing under --negative zero, the budget split among the others
+    paid = subprocess.run(
+        [sys.executable, "-m", "fedsv", "payout", str(out), "--amount", "1000", "--negative", "zero"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert paid.returncode == 0, paid.stderr
+    with (out / "payout.csv").open() as handle:
+        shares = {row["participant"]: float(row["amount"]) for row in csv.DictReader(handle)}
+    assert shares["p005"] == 0.0 and sum(shares.values()) == pytest.approx(1000.0)
+    assert all(amount > 0 for pid, amount in shares.items() if pid != "p005")

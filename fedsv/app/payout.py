@@ -1,0 +1,139 @@
+"""`fedsv payout`: a budget split by the participants' values, with a rule for negative values and the
+range each share spans over the values' 95% intervals."""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from fedsv.app.report import Z95, build_report, ranked_rows
+
+VALUES = ("fedsv", "fedsv_normalized", "fedsv_completed", "loo")
+NEGATIVE = ("zero", "shift")
+"""How a negative value is paid: `zero`, nothing (the others share the budget by their positive
+values); `shift`, every value less the lowest, so the lowest gets nothing and all keep their gaps."""
+
+
+@dataclass(frozen=True)
+class Share:
+    """A participant's part of the budget: its value (and standard error, None: unknown), its share, the
+    amount, and the amounts at the two ends of its 95% interval (None where an error is unknown)."""
+
+    participant: str
+    value: float
+    stderr: float | None
+    share: float
+    amount: float
+    amount_low: float | None
+    amount_high: float | None
+
+
+def _weights(values: list[float], negative: str) -> list[float]:
+    if negative == "zero":
+        return [max(v, 0.0) for v in values]
+    lowest = min(values)
+    return [v - lowest for v in values]
+
+
+def _split(values: list[float], negative: str) -> list[float]:
+    weights = _weights(values, negative)
+    total = sum(weights)
+    if not total > 0:
+        raise ValueError(f"no participant has a value to pay by under --negative {negative}")
+    return [w / total for w in weights]
+
+
+def shares(
+    values: list[float], errors: list[float | None], amount: float, negative: str
+) -> list[tuple[float, ...]]:
+    """(share, amount, low, high) per participant: low and high move its own value to the end of its 95%
+    interval that hurts (or helps) it and everyone else's to the other end. A value whose error is
+    unknown stays where it is in the others' ranges, and its own range is unknown (NaN)."""
+    split = _split(values, negative)
+    width = [Z95 * e if e is not None and math.isfinite(e) else math.nan for e in errors]
+    out: list[tuple[float, ...]] = []
+    for i, share in enumerate(split):
+        if math.isnan(width[i]):
+            out.append((share, share * amount, math.nan, math.nan))
+            continue
+        move = [0.0 if math.isnan(w) else w for w in width]
+        low = [v + w if j != i else v - w for j, (v, w) in enumerate(zip(values, move, strict=True))]
+        high = [v - w if j != i else v + w for j, (v, w) in enumerate(zip(values, move, strict=True))]
+        low_share, high_share = _split_or_zero(low, negative)[i], _split_or_zero(high, negative)[i]
+        out.append((share, share * amount, low_share * amount, high_share * amount))
+    return out
+
+
+def _split_or_zero(values: list[float], negative: str) -> list[float]:
+    try:
+        return _split(values, negative)
+    except ValueError:
+        return [0.0] * len(values)
+
+
+def payout(run_dir: str | Path, amount: float, value: str = "fedsv", negative: str = "zero") -> list[Share]:
+    """Each participant's part of `amount` by its `value` total; ValueError when the run is not fully
+    valued, a setting is unknown or nothing is left to pay by."""
+    if value not in VALUES:
+        raise ValueError(f"value must be one of {list(VALUES)}, got {value!r}")
+    if negative not in NEGATIVE:
+        raise ValueError(f"negative must be one of {list(NEGATIVE)}, got {negative!r}")
+    if not (math.isfinite(amount) and amount > 0):
+        raise ValueError(f"amount must be a positive number, got {amount!r}")
+    report = build_report(run_dir)
+    _require_valued(report)
+    rows = ranked_rows(report)
+    error_key = f"{value}_stderr"
+    values = [float(row[value]) for row in rows]
+    errors = [row.get(error_key, 0.0) if value != "loo" else 0.0 for row in rows]
+    out = []
+    for row, error, (share, paid, low, high) in zip(
+        rows, errors, shares(values, errors, amount, negative), strict=True
+    ):
+        out.append(Share(row["participant"], float(row[value]), error, share, paid, _none(low), _none(high)))
+    return out
+
+
+def _none(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def _require_valued(report: dict[str, Any]) -> None:
+    """A run is paid only once every round it was to train is committed with its values."""
+    entries = report["rounds"]
+    pending = [e["round"] for e in entries if e["status"] == "pending"]
+    planned = report["config"].get("rounds")
+    if pending:
+        raise ValueError(f"the run is not fully valued yet: rounds {pending} await their values")
+    if isinstance(planned, int) and len(entries) < planned:
+        raise ValueError(
+            f"the run is not fully valued yet: {len(entries)} of its {planned} rounds are recorded"
+        )
+
+
+def write_csv(path: Path, rows: list[Share]) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(Share.__dataclass_fields__))
+        writer.writeheader()
+        writer.writerows(asdict(row) for row in rows)
+
+
+def format_payout(rows: list[Share], amount: float, value: str, negative: str) -> str:
+    lines = [
+        f"payout of {amount:,.2f} by {value} (negative values: {negative}); range: the 95% intervals' ends",
+        "",
+        f"{'participant':<12} {'value ± stderr':>20} {'share':>8} {'amount':>12} {'range':>27}",
+    ]
+    for row in rows:
+        error = "?" if row.stderr is None or not math.isfinite(row.stderr) else f"{row.stderr:.5f}"
+        span = (
+            "?"
+            if row.amount_low is None or row.amount_high is None
+            else f"{row.amount_low:,.2f} - {row.amount_high:,.2f}"
+        )
+        value = f"{row.value:.5f} ± {error}"
+        lines.append(f"{row.participant:<12} {value:>20} {row.share:>8.2%} {row.amount:>12,.2f} {span:>27}")
+    return "\n".join(lines)

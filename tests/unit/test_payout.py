@@ -1,0 +1,82 @@
+"""`fedsv payout`: shares by value, a rule for negative values, ranges over the 95% intervals, refusals."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+from fedsv.app.cli import main as fedsv_main
+from fedsv.app.payout import payout, shares
+from fedsv.app.report import Z95
+from fedsv.ledger import Checkpoint, Ledger, RoundStatus, ValueRow
+from tests.support.records import make_record
+
+PIDS = ["p000", "p001", "p002"]
+
+
+def run_dir(tmp_path: Path, fedsv: list[float], stderr: list[float], pending: bool = False) -> Path:
+    directory = tmp_path / "run"
+    directory.mkdir()
+    with Ledger(directory / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-pay", {"participants": 3, "rounds": 2 if pending else 1})
+        record = make_record(1, PIDS, PIDS)
+        rows = [ValueRow(1, p, v, 0.0, 0.0, 0.0, e) for p, v, e in zip(PIDS, fedsv, stderr, strict=True)]
+        ledger.commit_round(record, rows, [], Checkpoint(1, b"w", "{}"))
+        if pending:
+            later = make_record(2, PIDS, PIDS)
+            later = type(later)(**{**later.__dict__, "status": RoundStatus.PENDING, "method": ""})
+            ledger.commit_round(later, [], [], Checkpoint(2, b"w", "{}"))
+    return directory
+
+
+def test_shares_split_the_budget_by_value_and_zero_pays_negatives_nothing(tmp_path: Path) -> None:
+    rows = {s.participant: s for s in payout(run_dir(tmp_path, [0.06, 0.02, -0.01], [0.0] * 3), 900.0)}
+    assert rows["p000"].amount == pytest.approx(675.0) and rows["p001"].amount == pytest.approx(225.0)
+    assert rows["p002"].amount == 0.0 and sum(s.share for s in rows.values()) == pytest.approx(1.0)
+    assert rows["p000"].amount_low == rows["p000"].amount_high == pytest.approx(675.0)  # exact: no range
+
+
+def test_shift_pays_the_gaps_above_the_lowest() -> None:
+    split = shares([0.06, 0.02, -0.01], [0.0] * 3, 700.0, "shift")
+    assert [s[1] for s in split] == pytest.approx([700 * 0.07 / 0.10, 700 * 0.03 / 0.10, 0.0])
+
+
+def test_the_range_spans_the_values_95_percent_intervals() -> None:
+    (_, amount, low, high), *_ = shares([0.05, 0.05], [0.01, 0.01], 100.0, "zero")
+    assert amount == pytest.approx(50.0) and low < 50.0 < high
+    assert low == pytest.approx(100 * (0.05 - Z95 * 0.01) / 0.1) and high == pytest.approx(
+        100 * (0.05 + Z95 * 0.01) / 0.1
+    )
+    (_, _, low, high), _ = shares([0.05, 0.05], [math.inf, 0.01], 100.0, "zero")
+    assert math.isnan(low) and math.isnan(high)  # its own error unknown: its range is too
+
+
+def test_an_unfinished_run_and_bad_settings_are_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pending = run_dir(tmp_path, [0.06, 0.02, 0.01], [0.0] * 3, pending=True)
+    assert fedsv_main(["payout", str(pending), "--amount", "100"]) == 2
+    assert "not fully valued yet" in capsys.readouterr().err
+    refusals = [
+        (["--value", "shapiq"], "value must be one of"),
+        (["--negative", "x"], "negative must"),
+        (["--amount", "-5"], "amount must be a positive"),
+    ]
+    for flags, message in refusals:
+        args = ["payout", str(pending), "--amount", "100", *flags]
+        assert fedsv_main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err
+
+
+def test_the_cli_writes_the_payout_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = run_dir(tmp_path, [0.03, 0.01, 0.0], [0.002, 0.001, 0.0])
+    assert fedsv_main(["payout", str(directory), "--amount", "1000", "--value", "fedsv"]) == 0
+    assert "payout of 1,000.00 by fedsv" in capsys.readouterr().out
+    with (directory / "payout.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["participant"] for r in rows] == ["p000", "p001", "p002"]
+    assert float(rows[0]["amount_low"]) < float(rows[0]["amount"]) < float(rows[0]["amount_high"])
