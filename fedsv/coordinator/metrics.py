@@ -136,8 +136,8 @@ class CoordinatorMetrics:
     ) -> None:
         """A round committed with its values (inline valuation): both halves below.
 
-        `cumulative` is FederatedValuation.totals() after the round (keys "fedsv", "fedsv_normalized", ...)
-        and `errors` its errors() (the same keys).
+        `cumulative` is FederatedValuation.sums() after the round (keys "fedsv", "fedsv_normalized", ...)
+        and `errors` its sum_errors() (the same keys).
         """
         self.observe_training(record)
         self.observe_values(record, cumulative, errors=errors)

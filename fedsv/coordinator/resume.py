@@ -44,7 +44,7 @@ def resume(
         return RunProgress(fresh, accounting=FederatedValuation(world))
     records = ledger.rounds()
     accounting = federated_valuation(records, ledger.values(), world)
-    metrics.restore(records, accounting.totals(), accounting.errors())
+    metrics.restore(records, accounting.sums(), accounting.sum_errors())
     pending = ledger.pending_rounds()
     store.prune(keep=set(pending))
     progress = RunProgress(

@@ -111,7 +111,7 @@ class RoundCommitter:
         if values is None:
             self.metrics.observe_training(record)
         else:
-            self.metrics.observe_round(record, self.accounting.totals(), self.accounting.errors())
+            self.metrics.observe_round(record, self.accounting.sums(), self.accounting.sum_errors())
         logger.info(
             "round %d done: received %d/%d, accuracy %.4f, valuation %s %.2fs",
             number,

@@ -202,7 +202,7 @@ class ValuationWorker:
             self._metrics.valuation_backlog_bytes.set(sum(self._sizes.values()))
             self._changed.notify_all()
         record = self._ledger.round_record(number)
-        totals, errors = self._accounting.totals(), self._accounting.errors()
+        totals, errors = self._accounting.sums(), self._accounting.sum_errors()
         self._metrics.observe_values(record, totals, lag_rounds=backlog, errors=errors)
         logger.info(
             "round %d valued: %s, %d evaluations, largest stderr %.2g, %.2fs, %.2fs after its commit",

@@ -10,7 +10,12 @@ fedsv follows the same idea, a low-rank completion of what was not observed, on 
 participant matrix of values V[t, i] (participant i's FedSV in round t, observed when it was
 selected) instead of the utility matrix, and weighs each round by its selection probability:
 
-    fedsv_completed_i = sum_t (m_t / N) * V^[t, i],   V^ = V where observed, else A B^T (rank r)
+    fedsv_completed_i = sum_t (m_t / N) * V^[t, i],   V^ = V where observed, else predicted
+
+  The prediction is a low-rank fit A B^T (rank 1 to 3, ridge-penalised), or one of two plain models:
+  a member's mean observed value, or the round's mean observed value. Cross-validation on held-out
+  observed entries chooses among them (rank and penalty included): with little to learn from, as
+  when per-round values are mostly noise, a member's own average is often the best guess there is.
 
 - Why not the utility matrix: at the paper's scale (N = 100) it has 2^100 columns, and a coalition
   larger than every round's selection is never observed in any round, so no completion can recover
@@ -38,24 +43,48 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 
 RANKS = (1, 2, 3)
-"""The ranks tried; the one with the smallest cross-validated error is used."""
+"""The ranks of the low-rank fits tried."""
+
+RIDGES = (1e-6, 1e-4, 1e-2, 1.0)
+"""Ridge penalties on the factors tried, relative to the observed entries' root mean square times the
+mean number of observed entries per row (a factor's entries scale as the square root of a value)."""
 
 FOLDS = 5
-RIDGE = 1e-3
-"""Ridge penalty on the factors, relative to the observed entries' mean square."""
+ITERATIONS = 200
+TOLERANCE = 1e-7
+"""ALS stops when the fit moves less than this, relative to its size."""
 
-ITERATIONS = 100
+
+@dataclass(frozen=True)
+class Model:
+    """How missing entries are predicted: "round means" (a round's mean observed value), "member
+    means" (the member's mean observed value), or "low rank" (A B^T of `rank`, with `ridge`)."""
+
+    kind: str
+    rank: int = 0
+    ridge: float = 0.0
+
+    def __str__(self) -> str:
+        return f"rank {self.rank}, ridge {self.ridge:g}" if self.kind == "low rank" else self.kind
+
+
+CANDIDATES = (
+    Model("round means"),
+    Model("member means"),
+    *(Model("low rank", rank, ridge) for rank in RANKS for ridge in RIDGES),
+)
+"""The models cross-validation chooses from, simplest first (ties go to the simpler)."""
 
 
 @dataclass(frozen=True)
 class Completed:
     """Completed totals per participant (columns of the matrix), their standard errors, and how the
-    completion went: the rank used (0: nothing was missing), its cross-validated RMSE on held-out
-    observed entries, and the share of the matrix observed."""
+    completion went: the model chosen ("nothing missing" when nothing was), its cross-validated RMSE on
+    held-out observed entries, and the share of the matrix observed."""
 
     totals: FloatArray
     stderr: FloatArray
-    rank: int
+    model: str
     holdout_rmse: float
     observed: float
 
@@ -63,9 +92,22 @@ class Completed:
 def _solve_rows(values: FloatArray, mask: FloatArray, factor: FloatArray, ridge: float) -> FloatArray:
     """For every row t at once: argmin_a sum_i mask[t, i] (values[t, i] - a . factor[i])^2 + ridge |a|^2."""
     rank = factor.shape[1]
-    gram = np.einsum("ti,ij,ik->tjk", mask, factor, factor) + ridge * np.eye(rank)
-    moment = np.einsum("ti,ti,ij->tj", mask, values, factor)
+    outer = (factor[:, :, None] * factor[:, None, :]).reshape(factor.shape[0], rank * rank)
+    gram = (mask @ outer).reshape(mask.shape[0], rank, rank) + ridge * np.eye(rank)
+    moment = (mask * values) @ factor
     return np.asarray(np.linalg.solve(gram, moment[..., None])[..., 0], dtype=np.float64)
+
+
+def _fit(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int) -> FloatArray:
+    """The model's prediction of every entry from the masked ones."""
+    if model.kind == "round means":
+        means = np.where(mask, values, 0.0).sum(axis=1) / np.maximum(mask.sum(axis=1), 1)
+        return np.repeat(means[:, None], values.shape[1], axis=1)
+    if model.kind == "member means":
+        means = np.where(mask, values, 0.0).sum(axis=0) / np.maximum(mask.sum(axis=0), 1)
+        return np.repeat(means[None, :], values.shape[0], axis=0)
+    scale = float(np.sqrt(np.mean(np.square(values[mask])))) * max(float(mask.sum(axis=1).mean()), 1.0)
+    return _als(values, mask, model.rank, model.ridge * max(scale, 1e-30), seed)
 
 
 def _als(values: FloatArray, mask: npt.NDArray[np.bool_], rank: int, ridge: float, seed: int) -> FloatArray:
@@ -79,16 +121,17 @@ def _als(values: FloatArray, mask: npt.NDArray[np.bool_], rank: int, ridge: floa
     if b.shape[1] < rank:  # fewer singular vectors than the rank: pad with seeded noise
         pad = np.random.default_rng(seed).normal(scale=1e-3, size=(b.shape[0], rank - b.shape[1]))
         b = np.concatenate([b, pad], axis=1)
-    a = np.zeros((values.shape[0], rank))
+    fit = np.zeros(values.shape)
     for _ in range(ITERATIONS):
         a = _solve_rows(values, weights, b, ridge)
         b = _solve_rows(values.T, weights.T, a, ridge)
-    return np.asarray(a @ b.T, dtype=np.float64)
+        fit, previous = a @ b.T, fit
+        if np.linalg.norm(fit - previous) <= TOLERANCE * max(float(np.linalg.norm(fit)), 1e-300):
+            break
+    return np.asarray(fit, dtype=np.float64)
 
 
-def _holdout_rmse(
-    values: FloatArray, mask: npt.NDArray[np.bool_], rank: int, ridge: float, seed: int
-) -> float:
+def _holdout_rmse(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int) -> float:
     """Root-mean-square error of the completion on observed entries held out, FOLDS folds."""
     observed = np.argwhere(mask)
     if observed.shape[0] < 2 * FOLDS:
@@ -99,7 +142,7 @@ def _holdout_rmse(
         held = observed[folds == k]
         train = mask.copy()
         train[held[:, 0], held[:, 1]] = False
-        fit = _als(values, train, rank, ridge, seed)
+        fit = _fit(values, train, model, seed)
         errors.append(fit[held[:, 0], held[:, 1]] - values[held[:, 0], held[:, 1]])
     return float(np.sqrt(np.mean(np.square(np.concatenate(errors)))))
 
@@ -118,15 +161,14 @@ def complete(
     selected: the number of participants selected in each round (m_t); world: N.
     """
     values = np.where(mask, values, 0.0)
-    ridge = RIDGE * max(float(np.mean(np.square(values[mask]))) if mask.any() else 1.0, 1e-24)
     weights = np.asarray(selected, dtype=np.float64) / float(world)
     if mask.all():
-        rank, rmse, filled = 0, 0.0, values
+        model, rmse, filled = "nothing missing", 0.0, values
     else:
-        scores = {r: _holdout_rmse(values, mask, r, ridge, seed) for r in RANKS}
-        rank = min(scores, key=lambda r: (scores[r], r))
-        rmse = scores[rank]
-        filled = np.where(mask, values, _als(values, mask, rank, ridge, seed))
+        scores = [_holdout_rmse(values, mask, candidate, seed) for candidate in CANDIDATES]
+        best = min(range(len(CANDIDATES)), key=lambda k: (scores[k], k))
+        model, rmse = str(CANDIDATES[best]), scores[best]
+        filled = np.where(mask, values, _fit(values, mask, CANDIDATES[best], seed))
     totals = weights @ filled
     variance = np.where(mask, np.square(np.where(mask, errors, 0.0)), rmse**2)
     stderr = np.sqrt(np.square(weights) @ variance)
@@ -134,5 +176,5 @@ def complete(
     totals[never], stderr[never] = 0.0, math.inf
     observed = float(mask.mean()) if mask.size else 0.0
     return Completed(
-        np.asarray(totals, dtype=np.float64), np.asarray(stderr, dtype=np.float64), rank, rmse, observed
+        np.asarray(totals, dtype=np.float64), np.asarray(stderr, dtype=np.float64), model, rmse, observed
     )

@@ -74,10 +74,19 @@ class FederatedValuation:
         return list(seen)
 
     def totals(self) -> dict[str, dict[str, float]]:
-        """Per participant, the totals of TOTAL_KEYS: fedsv, loo and their normalized variants summed over
-        the rounds it was selected in (normalized: each round's vector divided by its L2 norm first), and
-        fedsv_completed (completed()). Participants never selected appear only in fedsv_completed, and
-        only when they are in the world."""
+        """Per participant, the totals of TOTAL_KEYS: the sums() and fedsv_completed (completed()).
+        Participants never selected appear only in fedsv_completed, and only when they are in the world."""
+        out = self.sums()
+        out["fedsv_completed"] = {}
+        if self._rounds:
+            ids, completed = self.completed()
+            out["fedsv_completed"] = dict(zip(ids, map(float, completed.totals), strict=True))
+        return {key: out[key] for key in TOTAL_KEYS}
+
+    def sums(self) -> dict[str, dict[str, float]]:
+        """Per participant selected at least once, fedsv, loo and their normalized variants summed over the
+        rounds it was selected in (normalized: each round's vector divided by its L2 norm first): the
+        totals that move with every round, without the completion (what live metrics show)."""
         out: dict[str, dict[str, float]] = {
             key: dict.fromkeys(self.participants(), 0.0) for key in TOTAL_KEYS if key != "fedsv_completed"
         }
@@ -91,11 +100,7 @@ class FederatedValuation:
             for key, vector in vectors.items():
                 for pid, value in zip(rv.participants, vector, strict=True):
                     out[key][pid] += float(value)
-        out["fedsv_completed"] = {}
-        if self._rounds:
-            ids, completed = self.completed()
-            out["fedsv_completed"] = dict(zip(ids, map(float, completed.totals), strict=True))
-        return {key: out[key] for key in TOTAL_KEYS}
+        return out
 
     def class_totals(self) -> ClassTotals:
         """Per participant, its FedSV per validation label summed over the rounds valued by label (with
@@ -132,7 +137,17 @@ class FederatedValuation:
         return ids, result
 
     def errors(self) -> dict[str, dict[str, float]]:
-        """Per participant, the standard error of each total in totals(): for FedSV the root of the
+        """Per participant, the standard error of each total in totals(): sum_errors(), and for
+        fedsv_completed the completion's (completion.complete)."""
+        out = self.sum_errors()
+        ids, completed = self.completed() if self._rounds else ([], None)
+        out["fedsv_completed"] = (
+            {} if completed is None else dict(zip(ids, map(float, completed.stderr), strict=True))
+        )
+        return {key: out[key] for key in TOTAL_KEYS}
+
+    def sum_errors(self) -> dict[str, dict[str, float]]:
+        """Per participant, the standard error of each of the sums(): for FedSV the root of the
         summed per-round variances (rounds are valued independently); LOO is exact (0). A normalized
         total divides each round by a norm estimated from the same samples, whose error this does not
         model: its error is 0 where every round it sums was exact, else unknown (NaN). A round whose
@@ -147,14 +162,9 @@ class FederatedValuation:
                     normalized[pid] = math.nan
         fedsv = {pid: math.sqrt(v) for pid, v in variance.items()}
         zeros = dict.fromkeys(self.participants(), 0.0)
-        ids, completed = self.completed() if self._rounds else ([], None)
-        completed_errors = (
-            {} if completed is None else dict(zip(ids, map(float, completed.stderr), strict=True))
-        )
         return {
             "fedsv": fedsv,
             "fedsv_normalized": normalized,
-            "fedsv_completed": completed_errors,
             "loo": zeros,
             "loo_normalized": dict(zeros),
         }

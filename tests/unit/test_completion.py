@@ -31,7 +31,7 @@ def test_with_everyone_in_every_round_the_completed_values_are_the_fedsv_values(
     values = low_rank_rounds(6, 5, 0)
     errors = np.full_like(values, 0.001)
     result = complete(values, np.ones_like(values, dtype=bool), errors, [5] * 6, 5)
-    assert result.rank == 0 and result.observed == 1.0
+    assert result.model == "nothing missing" and result.observed == 1.0
     np.testing.assert_allclose(result.totals, values.sum(axis=0), atol=1e-15)
     np.testing.assert_allclose(result.stderr, np.full(5, 0.001 * math.sqrt(6)))
 
@@ -42,7 +42,7 @@ def test_a_low_rank_matrix_is_completed_and_weighted_by_the_selection_probabilit
     result = complete(values, mask, np.zeros_like(values), [m] * t, n)
     expected = (m / n) * values.sum(axis=0)  # what FedSV pays on average over the selection
     seen = mask.any(axis=0)
-    assert result.rank >= 1 and result.holdout_rmse < 0.01
+    assert result.model.startswith("rank") and result.holdout_rmse < 0.01
     np.testing.assert_allclose(result.totals[seen], expected[seen], rtol=0.05, atol=2e-3)
     fedsv = np.where(mask, values, 0).sum(axis=0)
     completed_error = np.abs(result.totals[seen] - expected[seen]).mean()
@@ -60,6 +60,19 @@ def test_twins_selected_unequally_get_equal_completed_values() -> None:
     fedsv = np.where(mask, values, 0).sum(axis=0)
     assert abs(fedsv[0] - fedsv[1]) > 0.5 * abs(fedsv[0])
     assert abs(result.totals[0] - result.totals[1]) < 0.1 * abs(result.totals[0])
+
+
+def test_values_that_are_mostly_noise_are_completed_by_each_members_own_average() -> None:
+    t, n, m = 30, 12, 6
+    rng = np.random.default_rng(4)
+    quality = np.linspace(0.0, 0.02, n)
+    values = quality + rng.normal(0, 0.02, (t, n))  # no round trend, no structure beyond the level
+    mask = selections(t, n, m, 4)
+    result = complete(values, mask, np.zeros_like(values), [m] * t, n)
+    assert result.model == "member means"
+    means = np.where(mask, values, 0).sum(axis=0) / mask.sum(axis=0)
+    filled = np.where(mask, values, means)
+    np.testing.assert_allclose(result.totals, (m / n) * filled.sum(axis=0), rtol=1e-12)
 
 
 def test_a_member_never_selected_has_no_value_and_an_unknown_error() -> None:

@@ -72,7 +72,7 @@ class RunRecorder:
             checkpoint = Checkpoint(record.round, encode_params(params), "{}")
             self.ledger.commit_round(record, rows, traffic, checkpoint, updates, classes)
         if self.metrics is not None:
-            self.metrics.observe_round(record, self.accounting.totals(), self.accounting.errors())
+            self.metrics.observe_round(record, self.accounting.sums(), self.accounting.sum_errors())
         logger.debug("recorded round %d (%d values)", record.round, len(rows))
 
     def close(self) -> None:
