@@ -10,6 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from fedsv.ledger import RoundRecord
+from fedsv.valuation.completion import Completed
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,23 @@ class CoordinatorMetrics:
             "fedsv_participant_fedsv_normalized",
             "Cumulative FedSV of L2-normalized round vectors",
             ["participant"],
+            registry=r,
+        )
+        self.participant_fedsv_completed = Gauge(
+            "fedsv_participant_fedsv_completed",
+            "Completed FedSV: every member valued in every round (completion.py)",
+            ["participant"],
+            registry=r,
+        )
+        self.participant_completed_stderr = Gauge(
+            "fedsv_participant_fedsv_completed_stderr",
+            "Standard error of the completed FedSV (+Inf: never selected)",
+            ["participant"],
+            registry=r,
+        )
+        self.completion_seconds = Gauge(
+            "fedsv_completion_seconds",
+            "Wall time of the last completion, in the valuation process",
             registry=r,
         )
         self.group_rationality_residual = Gauge(
@@ -171,6 +189,13 @@ class CoordinatorMetrics:
         self.valuation_lag_seconds.set(0.0 if math.isnan(lag) else max(0.0, lag))
         # Only the round's participants' totals moved: the others' gauges are not touched (O(m)).
         self._set_value_gauges(record, cumulative, record.received, errors)
+
+    def observe_completed(self, ids: Sequence[str], completed: Completed, seconds: float) -> None:
+        """The completed values of every member (the valuation worker completes them when caught up)."""
+        for pid, value, error in zip(ids, completed.totals, completed.stderr, strict=True):
+            self.participant_fedsv_completed.labels(participant=pid).set(float(value))
+            self.participant_completed_stderr.labels(participant=pid).set(float(error))
+        self.completion_seconds.set(seconds)
 
     def restore(
         self,

@@ -4,7 +4,8 @@ It is a child of the coordinator (multiprocessing, spawned): its own interpreter
 count, every thread at SCHED_IDLE (or nice 19 where that policy is missing), so valuation runs only on
 CPU time nothing else wants and never slows the rounds' training on a shared host. It dies with the
 coordinator (PR_SET_PDEATHSIG on Linux; elsewhere at the end of its pipe). It writes nothing but the
-round's plan beside the round's inputs; the coordinator commits what it sends back.
+round's plan beside the round's inputs; the coordinator commits what it sends back. Between rounds it
+also completes the values of the rounds so far (completion.py) when the coordinator asks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Protocol
@@ -25,6 +27,7 @@ from torch import nn
 from fedsv.coordinator.pending import PendingStore
 from fedsv.fl.evaluation import EvalSet
 from fedsv.valuation import FederatedValuation, Plan, RoundValues, ValuationSpec
+from fedsv.valuation.completion import Completed, RoundMatrix
 from fedsv.valuation.round_valuation import GameSettings, value_updates
 
 logger = logging.getLogger(__name__)
@@ -71,6 +74,20 @@ class Failed:
 
 
 @dataclass(frozen=True)
+class Complete:
+    """Complete the values of the rounds so far."""
+
+    matrix: RoundMatrix
+
+
+@dataclass(frozen=True)
+class CompletedReply:
+    matrix: RoundMatrix
+    completed: Completed
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Settings:
     """What the process starts with: where the inputs are, how the games compute, its threads and logs."""
 
@@ -104,7 +121,8 @@ def die_with_parent() -> None:
 
 
 def serve(conn: Connection, settings: Settings) -> None:
-    """The process's main loop: a Job in, a Done or Failed out, until None or the pipe closes."""
+    """The process's main loop: a Job in, a Done or Failed out (a Complete in, a CompletedReply or
+    Failed out), until None or the pipe closes."""
     die_with_parent()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     priority = lower_priority()
@@ -119,7 +137,20 @@ def serve(conn: Connection, settings: Settings) -> None:
             return
         if job is None:
             return
-        conn.send(_value(job, model, validation, store, settings.game))
+        if isinstance(job, Complete):
+            conn.send(_complete(job.matrix))
+        else:
+            conn.send(_value(job, model, validation, store, settings.game))
+
+
+def _complete(matrix: RoundMatrix) -> CompletedReply | Failed:
+    started = time.perf_counter()
+    try:
+        completed = matrix.complete()
+    except Exception as exc:  # reported; the coordinator carries on without live completed values
+        logger.exception("completing %d rounds failed", matrix.rounds)
+        return Failed(matrix.rounds, f"{type(exc).__name__}: {exc}")
+    return CompletedReply(matrix, completed, time.perf_counter() - started)
 
 
 def _value(

@@ -3,7 +3,8 @@
 The worker lags rather than degrades: rounds wait for their values on disk (pending.PendingStore), as
 many as `backlog_bytes` of inputs hold, and the round loop holds back only when that bound is reached.
 Each round is valued to the run's accuracy target or exactly, however long the backlog; after the
-last round the run finishes the backlog before it reports.
+last round the run finishes the backlog before it reports. Whenever it has caught up, the process also
+completes the values of the rounds so far (the completed values, for the live metrics).
 """
 
 from __future__ import annotations
@@ -23,7 +24,16 @@ import torch
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.pending import PendingStore
 from fedsv.coordinator.server_config import DEFAULT_BACKLOG_BYTES
-from fedsv.coordinator.valuation_process import Done, Failed, Job, Settings, ValuationSetup, serve
+from fedsv.coordinator.valuation_process import (
+    Complete,
+    CompletedReply,
+    Done,
+    Failed,
+    Job,
+    Settings,
+    ValuationSetup,
+    serve,
+)
 from fedsv.ledger import Ledger, class_rows, valuation_summary, value_rows
 from fedsv.valuation import FederatedValuation, ValuationSpec
 from fedsv.valuation.round_valuation import GameSettings
@@ -173,20 +183,26 @@ class ValuationWorker:
             self._conn = parent
         return self._conn
 
+    def _ask(self, job: Job | Complete, what: str) -> object:
+        """Send `job` to the process and wait for its reply (None when the worker is closing)."""
+        conn = self._start()
+        conn.send(job)
+        while not conn.poll(0.2):
+            if self._closing.is_set():
+                return None
+            if self._process is not None and not self._process.is_alive():
+                raise RuntimeError(f"the valuation process died {what}")
+        return conn.recv()
+
     def _value(self, number: int) -> None:
         started = time.time()
         spec = self._spec_of(number)
         kept = self._store.load_plan(number)
         if spec is not None and kept is not None:  # valued before a restart: the same plan, the same values
             spec = kept.replay(spec)
-        conn = self._start()
-        conn.send(Job(number, spec, keep_plan=kept is None))
-        while not conn.poll(0.2):
-            if self._closing.is_set():
-                return
-            if self._process is not None and not self._process.is_alive():
-                raise RuntimeError(f"the valuation process died valuing round {number}")
-        reply = conn.recv()
+        reply = self._ask(Job(number, spec, keep_plan=kept is None), f"valuing round {number}")
+        if reply is None:
+            return
         if isinstance(reply, Failed):
             raise RuntimeError(f"valuation of round {number} failed: {reply.error}")
         assert isinstance(reply, Done) and reply.round == number, reply
@@ -196,11 +212,7 @@ class ValuationWorker:
         self._accounting.add_round(values)
         self._store.remove(number)
         with self._changed:
-            self._sizes.pop(number, None)
-            backlog = len(self._sizes)
-            self._metrics.valuation_queue_depth.set(backlog)
-            self._metrics.valuation_backlog_bytes.set(sum(self._sizes.values()))
-            self._changed.notify_all()
+            backlog = len(self._sizes) - (number in self._sizes)
         record = self._ledger.round_record(number)
         totals, errors = self._accounting.sums(), self._accounting.sum_errors()
         self._metrics.observe_values(record, totals, lag_rounds=backlog, errors=errors)
@@ -213,3 +225,19 @@ class ValuationWorker:
             time.time() - started,
             record.valuation_lag_seconds,
         )
+        if backlog == 0 and self._jobs.empty():  # caught up: complete before drain() sees the round done
+            self._complete()
+        with self._changed:
+            self._sizes.pop(number, None)
+            self._metrics.valuation_queue_depth.set(len(self._sizes))
+            self._metrics.valuation_backlog_bytes.set(sum(self._sizes.values()))
+            self._changed.notify_all()
+
+    def _complete(self) -> None:
+        """Complete the values of the rounds so far and show them (a failure is logged, not fatal)."""
+        reply = self._ask(Complete(self._accounting.round_matrix()), "completing the values")
+        if isinstance(reply, CompletedReply):
+            self._accounting.adopt(reply.matrix, reply.completed)
+            self._metrics.observe_completed(reply.matrix.ids, reply.completed, reply.seconds)
+        elif isinstance(reply, Failed):
+            logger.warning("completed values not updated after %d rounds: %s", reply.round, reply.error)

@@ -98,6 +98,25 @@ def _solve_rows(values: FloatArray, mask: FloatArray, factor: FloatArray, ridge:
     return np.asarray(np.linalg.solve(gram, moment[..., None])[..., 0], dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class RoundMatrix:
+    """What a completion starts from: the participants (columns), and per round (rows) their values,
+    standard errors and whether they were selected (mask); `selected` is m_t, each row's selection."""
+
+    ids: list[str]
+    values: FloatArray
+    errors: FloatArray
+    mask: npt.NDArray[np.bool_]
+    selected: list[int]
+
+    @property
+    def rounds(self) -> int:
+        return int(self.values.shape[0])
+
+    def complete(self, seed: int = 0) -> Completed:
+        return complete(self.values, self.mask, self.errors, self.selected, len(self.ids), seed)
+
+
 def _fit(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int) -> FloatArray:
     """The model's prediction of every entry from the masked ones."""
     if model.kind == "round means":

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsv.valuation.api import Plan
-from fedsv.valuation.completion import Completed, complete
+from fedsv.valuation.completion import Completed, RoundMatrix
 from fedsv.valuation.game import Game
 from fedsv.valuation.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
 from fedsv.valuation.spec import ValuationSpec
@@ -120,9 +120,16 @@ class FederatedValuation:
 
     def completed(self) -> tuple[list[str], Completed]:
         """The completed totals (completion.complete) of every participant of the world, in that order;
-        computed once per number of rounds recorded."""
-        if self._completed is not None and self._completed[0] == len(self._rounds):
-            return self._completed[2], self._completed[1]
+        computed once per number of rounds recorded (or adopted from a completion done elsewhere)."""
+        if self._completed is None or self._completed[0] != len(self._rounds):
+            matrix = self.round_matrix()
+            self.adopt(matrix, matrix.complete())
+        assert self._completed is not None
+        return self._completed[2], self._completed[1]
+
+    def round_matrix(self) -> RoundMatrix:
+        """The rounds' values as the round-by-participant matrix a completion starts from (the world's
+        participants first, then any other selected)."""
         ids = list(dict.fromkeys([*(self.world or []), *self.participants()]))
         column = {pid: k for k, pid in enumerate(ids)}
         rounds = self.per_round()
@@ -132,9 +139,12 @@ class FederatedValuation:
             cols = [column[pid] for pid in rv.participants]
             values[t, cols], mask[t, cols] = rv.fedsv, True
             errors[t, cols] = np.nan if rv.stderr is None else rv.stderr
-        result = complete(values, mask, errors, [len(rv.participants) for rv in rounds], len(ids))
-        self._completed = (len(self._rounds), result, ids)
-        return ids, result
+        return RoundMatrix(ids, values, errors, mask, [len(rv.participants) for rv in rounds])
+
+    def adopt(self, matrix: RoundMatrix, completed: Completed) -> None:
+        """Use `completed`, the completion of this accounting's round_matrix() when it held
+        `matrix.rounds` rounds (as the valuation process returns it), until another round is added."""
+        self._completed = (matrix.rounds, completed, matrix.ids)
 
     def errors(self) -> dict[str, dict[str, float]]:
         """Per participant, the standard error of each total in totals(): sum_errors(), and for

@@ -20,6 +20,7 @@ import grpc
 import pytest
 import yaml
 
+from fedsv.app.report import build_report
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.ledger import Ledger
 from fedsv.security.tls import channel_credentials
@@ -52,6 +53,7 @@ REQUIRED_PANELS = [
     "bottom $k",
     "valuation backlog",
     "valuation lag",
+    "completed fedsv",
 ]
 
 Target = dict[str, Any]
@@ -75,6 +77,7 @@ def _metric_names() -> set[str]:
     metrics.reject("probe")
     metrics.participant_fedsv.labels(participant="p000").set(0)
     metrics.participant_fedsv_normalized.labels(participant="p000").set(0)
+    metrics.participant_fedsv_completed.labels(participant="p000").set(0)
     metrics.round_bytes.labels(direction="up").set(0)
     metrics.phase_duration.labels(phase="valuation").observe(0)
     metrics.record_rpc("Join", "up", 1)
@@ -374,6 +377,11 @@ def test_rejected_and_value_panels_show_what_the_coordinators_recorded(scraped: 
         want_top, want_bottom = dict(ranked[-k:]), dict(ranked[:k])
         matched = matched or (same(top, want_top) and same(bottom, want_bottom))
     assert matched, f"top/bottom {k} {top} {bottom} match no ledger round in {candidates}"
+    # The completed values (every member, selected or not), as the report completes them from the ledger.
+    completed = build_report(scraped.outs["exact"])["totals"]["fedsv_completed"]
+    shown = {s["metric"]["participant"]: float(s["value"][1]) for s in instant("by completed fedsv")}
+    want = dict(sorted(completed.items(), key=lambda item: item[1])[-k:])
+    assert shown.keys() == want.keys() and all(math.isclose(shown[p], want[p], abs_tol=1e-12) for p in want)
 
 
 @pytest.mark.slow

@@ -109,6 +109,12 @@ def test_the_ledger_reads_back_with_fedsv_report(runs: dict[str, object]) -> Non
         assert entry["messages_down"] == NODES and entry["messages_up"] == NODES
         assert entry["bytes_up"] > 0 and entry["model_bytes"] > 0
     assert report["totals"]["fedsv"] == pytest.approx(wrapped.totals()["fedsv"])
+    # every client trained every round: nothing to complete, so the completed values are FedSV's
+    assert report["totals"]["fedsv_completed"] == pytest.approx(report["totals"]["fedsv"], abs=1e-12)
+    classes = report["classes"]  # values per validation label, adding up to each client's value
+    assert classes["rounds_split"] == ROUNDS and classes["labels"] == 10
+    for pid, value in report["totals"]["fedsv"].items():
+        assert sum(classes["totals"][pid]) == pytest.approx(value, abs=1e-9)
 
 
 def test_values_match_a_round_game_on_the_saved_round(tmp_path: Path) -> None:

@@ -100,6 +100,14 @@ def test_a_round_left_pending_by_a_kill_gets_the_same_values_from_a_new_worker(t
     assert registry.get_sample_value("fedsv_utility_evaluations_total") == sum(
         v.evaluations for v in expected
     )
+    # caught up, the valuation process completed the values: here everyone was in every round
+    for pid in PIDS:
+        completed = registry.get_sample_value("fedsv_participant_fedsv_completed", {"participant": pid})
+        assert completed == pytest.approx(accounting.totals()["fedsv"][pid], abs=1e-12)
+        assert (
+            registry.get_sample_value("fedsv_participant_fedsv_completed_stderr", {"participant": pid}) == 0
+        )
+    assert (registry.get_sample_value("fedsv_completion_seconds") or -1) >= 0
 
 
 def test_a_failed_valuation_stops_the_worker_and_leaves_the_round_pending(tmp_path: Path) -> None:
