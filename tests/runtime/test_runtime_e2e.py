@@ -68,7 +68,9 @@ def test_launch_runs_rounds_and_writes_the_run_directory(
     assert set(report["totals"]) == {"fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized"}
     assert 0.0 < report["final_accuracy"] <= 1.0
     rows = (out / "values.csv").read_text().strip().splitlines()
-    assert len(rows) - 1 == len(report["totals"]["fedsv"])
+    # one row per member of the run, selected or not (a member never selected has a completed value only)
+    assert len(rows) - 1 == len(report["totals"]["fedsv_completed"]) == report["config"]["participants"]
+    assert set(report["totals"]["fedsv"]) <= set(report["totals"]["fedsv_completed"])
     assert (out / "values.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     again = subprocess.run(

@@ -32,8 +32,8 @@ def test_quick_noisy_iid_study_detects_noisy_participants(tmp_path: Path) -> Non
     with (out / "points.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     methods = {row["method"] for row in rows}
-    assert methods == {"fedsv", "loo", "fedsv_normalized", "loo_normalized", "random"}
-    assert len(rows) == 2 * 5 * 21  # seeds x methods x (N + 1) points
+    assert methods == {"fedsv", "loo", "fedsv_normalized", "loo_normalized", "fedsv_completed", "random"}
+    assert len(rows) == 2 * 6 * 21  # seeds x methods x (N + 1) points
     assert (out / "noisy.png").stat().st_size > 10_000
     assert "| iid-mlp |" in (out / "summary.md").read_text()
 

@@ -229,3 +229,12 @@ def test_experiment_configs_are_valid_study_configs() -> None:
     for path in configs:
         data = json.loads(path.read_text())
         StudyConfig(**data)
+
+
+def test_every_method_a_study_reports_has_a_label_and_a_colour() -> None:
+    from fedsv.app.study.detection import DETECTION_METHODS, LABELS
+    from fedsv.app.study.outputs import COLORS
+    from fedsv.app.study.summarization import SUMMARY_METHODS
+
+    for method in (*DETECTION_METHODS, *SUMMARY_METHODS):
+        assert method in LABELS and method in COLORS, method

@@ -33,6 +33,7 @@ LABELS = {
     "loo": "Fed. LOO",
     "fedsv_normalized": "Fed. SV (normalized)",
     "loo_normalized": "Fed. LOO (normalized)",
+    "fedsv_completed": "Fed. SV (completed)",
     "random": "Random",
 }
 

@@ -24,6 +24,7 @@ COLORS = {
     "loo": "tab:orange",
     "fedsv_normalized": "tab:green",
     "loo_normalized": "tab:red",
+    "fedsv_completed": "tab:purple",
     "random": "tab:gray",
 }
 
