@@ -113,6 +113,7 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     # refuses value rows of rounds it has no record of; values every participant the run had
     valuation = federated_valuation(records, rows, _world(run[1]), class_rows)
     classes = valuation.class_totals()
+    completion = valuation.completed()[1] if valuation.per_round() else None
     rows_of: dict[int, list[ValueRow]] = {rec.round: [] for rec in records}
     for row in rows:
         rows_of[row.round].append(row)
@@ -134,6 +135,13 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         "totals": valuation.totals(),
         "stderr": {
             key: {pid: _num(e) for pid, e in errors.items()} for key, errors in valuation.errors().items()
+        },
+        "completion": None
+        if completion is None
+        else {
+            "model": completion.model,
+            "holdout_rmse": _num(completion.holdout_rmse),
+            "observed": completion.observed,
         },
         "classes": {
             "labels": classes.labels,

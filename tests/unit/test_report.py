@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sqlite3
 from pathlib import Path
 
@@ -91,6 +92,13 @@ def test_report_keys_and_totals(run_dir: tuple[Path, FederatedValuation]) -> Non
     assert set(report["totals"]) == {"fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized"}
     for key, per_participant in totals.items():
         assert report["totals"][key] == pytest.approx(per_participant)
+    _, completed = expected.completed()  # how the completion went, for the reader
+    assert report["completion"] == {
+        "model": completed.model,
+        "holdout_rmse": None,  # too few values to cross-validate: the completed errors are unknown
+        "observed": pytest.approx(completed.observed),
+    }
+    assert math.isinf(completed.holdout_rmse)
     assert report["final_accuracy"] == pytest.approx(0.53)
     assert report["traffic"]["SubmitUpdate"]["up"] == {"bytes": 6000, "messages": 9}
     assert report["traffic"]["Join"]["up"] == {"bytes": 30, "messages": 3}
