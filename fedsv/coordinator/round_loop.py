@@ -75,8 +75,10 @@ class RoundLoop:
         try:
             end = self._rounds()
             self.state.board.finish(end, self.completed)
-            if end.finished and self.worker is not None and not self.worker.drain(self.stop_event):
-                return self._stopped(EndKind.VALUATION_FAILED, self.worker.error)
+            if end.finished and self.worker is not None:
+                if not self.worker.drain(self.stop_event):
+                    return self._stopped(EndKind.VALUATION_FAILED, self.worker.error)
+                self.worker.settle(self.stop_event)  # every value is in: a stop here ends it finished
             return end
         finally:
             if self.worker is not None:

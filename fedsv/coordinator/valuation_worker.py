@@ -77,6 +77,7 @@ class ValuationWorker:
         self._jobs: queue.Queue[int | None] = queue.Queue()
         self._changed = threading.Condition()
         self._sizes: dict[int, int] = {}  # outstanding rounds -> bytes of their inputs on disk
+        self._completing = False  # caught up, the process is completing the values
         self._closing = threading.Event()
         self._process: BaseProcess | None = None
         self._conn: Connection | None = None
@@ -137,6 +138,11 @@ class ValuationWorker:
             return not self._sizes
 
         return self._wait(done, stop)
+
+    def settle(self, stop: threading.Event) -> bool:
+        """After drain(): block until the completed values of every round are in the metrics too (the
+        process completes them once caught up); False on stop or a failure."""
+        return self._wait(lambda: not self._sizes and not self._completing, stop)
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop: the round being valued (if any) is abandoned; it and the rest stay pending on disk."""
@@ -212,7 +218,12 @@ class ValuationWorker:
         self._accounting.add_round(values)
         self._store.remove(number)
         with self._changed:
-            backlog = len(self._sizes) - (number in self._sizes)
+            self._sizes.pop(number, None)
+            backlog = len(self._sizes)
+            self._completing = backlog == 0 and self._jobs.empty()  # caught up: refresh the completed values
+            self._metrics.valuation_queue_depth.set(backlog)
+            self._metrics.valuation_backlog_bytes.set(sum(self._sizes.values()))
+            self._changed.notify_all()
         record = self._ledger.round_record(number)
         totals, errors = self._accounting.sums(), self._accounting.sum_errors()
         self._metrics.observe_values(record, totals, lag_rounds=backlog, errors=errors)
@@ -225,16 +236,17 @@ class ValuationWorker:
             time.time() - started,
             record.valuation_lag_seconds,
         )
-        if backlog == 0 and self._jobs.empty():  # caught up: complete before drain() sees the round done
-            self._complete()
-        with self._changed:
-            self._sizes.pop(number, None)
-            self._metrics.valuation_queue_depth.set(len(self._sizes))
-            self._metrics.valuation_backlog_bytes.set(sum(self._sizes.values()))
-            self._changed.notify_all()
+        if self._completing:
+            try:
+                self._complete()
+            finally:
+                with self._changed:
+                    self._completing = False
+                    self._changed.notify_all()
 
     def _complete(self) -> None:
-        """Complete the values of the rounds so far and show them (a failure is logged, not fatal)."""
+        """Complete the values of the rounds so far and show them (a failure is logged, not fatal; a
+        close() abandons it: the report completes the values again from the ledger)."""
         reply = self._ask(Complete(self._accounting.round_matrix()), "completing the values")
         if isinstance(reply, CompletedReply):
             self._accounting.adopt(reply.matrix, reply.completed)

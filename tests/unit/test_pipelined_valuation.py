@@ -84,6 +84,7 @@ def test_a_round_left_pending_by_a_kill_gets_the_same_values_from_a_new_worker(t
         for number in ledger.pending_rounds():
             worker.submit(number)
         assert worker.drain(threading.Event()), worker.error
+        assert worker.settle(threading.Event()), worker.error  # caught up: the values completed too
         worker.close()
         assert ledger.pending_rounds() == [] and not list(store.directory.glob("round-*.pt"))
         rows, records = ledger.values(), ledger.rounds()
