@@ -8,6 +8,8 @@ from typing import Any
 
 from fedsv.config.checks import check_positive, require
 from fedsv.data.corruptions import parse_corruption
+from fedsv.data.registry import VALIDATION_FROM
+from fedsv.data.shards import Holdout
 from fedsv.fl.aggregation import AggregationRule
 from fedsv.fl.ranks import parse_ranks
 from fedsv.fl.update_bounds import POLICIES, NormBound
@@ -53,6 +55,26 @@ class RunConfig:
     batch_size: int = field(default=10, metadata={"help": "local batch size"})
     lr: float = field(default=0.05, metadata={"help": "local learning rate"})
     validation_size: int = field(default=1000, metadata={"help": "validation samples for the utility"})
+    metric: str = field(
+        default="accuracy",
+        metadata={
+            "help": "the utility of the built-in models: accuracy | neg_loss (validation log-likelihood); "
+            "a --task sets its own"
+        },
+    )
+    validation_from: str = field(
+        default="train",
+        metadata={
+            "help": "train | test: cut the simulation's validation from the training files (the rest "
+            "trains) or from the test files (every training image trains; the paper's 100 x 600)"
+        },
+    )
+    test_size: int = field(
+        default=1000,
+        metadata={
+            "help": "test images the simulation's accuracy is measured on (0: every one not validating)"
+        },
+    )
     valuation: str = field(default="auto", metadata={"help": "|".join(VALUATION_METHODS)})
     eps: float = field(default=0.05, metadata={"help": "valuation accuracy epsilon (without a budget)"})
     delta: float = field(default=0.05, metadata={"help": "valuation failure probability delta"})
@@ -129,6 +151,14 @@ class RunConfig:
         require(self.batch_size >= 1, "batch_size", "at least 1", self.batch_size)
         check_positive("lr", self.lr)
         require(self.validation_size >= 1, "validation_size", "at least 1", self.validation_size)
+        require(
+            self.validation_from in VALIDATION_FROM, "validation_from", "train or test", self.validation_from
+        )
+        require(self.test_size >= 0, "test_size", "0 (all) or a positive count", self.test_size)
+        if self.dataset == "embedded" and not self.task.strip():
+            rule = "train for the embedded sample (it has no separate test files)"
+            require(self.validation_from == "train", "validation_from", rule, self.validation_from)
+            require(self.test_size >= 1, "test_size", "at least 1 for the embedded sample", self.test_size)
         require(self.seed >= 0, "seed", "a non-negative integer", self.seed)
         if self.valuation not in VALUATION_METHODS:
             raise ValueError(f"valuation must be one of {list(VALUATION_METHODS)}, got {self.valuation!r}")
@@ -196,13 +226,15 @@ class RunConfig:
 
     def load_task(self) -> LoadedTask:
         """The run's task (imported now): --task, or the paper's --model sized for --dataset."""
-        return run_task(self.task, self.model, self.dataset)
+        return run_task(self.task, self.model, self.dataset, self.metric)
 
     def simulation(self) -> SimulationSettings:
         """What "simulated:DATASET" sources of this run need."""
-        return SimulationSettings(
-            self.data_dir, self.seed, self.validation_size, self.participants, self.partition
-        )
+        return SimulationSettings(self.data_dir, self.seed, self.holdout(), self.participants, self.partition)
+
+    def holdout(self) -> Holdout:
+        """What the simulation holds out of the data set for the coordinator."""
+        return Holdout(self.validation_size, self.validation_from, self.test_size)
 
     @property
     def validation_source(self) -> str:

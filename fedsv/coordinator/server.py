@@ -65,6 +65,8 @@ def make_run_spec(run: RunConfig, run_id: str, max_chunk_bytes: int) -> dict[int
             corruption=corruptions.get(rank, "none"),
             max_chunk_bytes=max_chunk_bytes,
             validation_size=run.validation_size,
+            validation_from=run.validation_from,
+            test_size=run.test_size,
             task=run.task,
         )
         for rank in range(run.participants)

@@ -16,19 +16,35 @@ from fedsv.data.sources import Samples
 _LOAD_LOCK = threading.Lock()
 
 
+@dataclass(frozen=True)
+class Holdout:
+    """What a run holds out of its data set for the coordinator (see load_dataset)."""
+
+    validation_size: int = 1000
+    validation_from: str = "train"  # "train" | "test": the files validation is cut from
+    test_size: int = 1000  # 0: every test image not in validation
+
+
 @functools.lru_cache(maxsize=4)
-def _load_splits(dataset: str, data_dir: str, seed: int, validation_size: int) -> DatasetSplits:
-    return load_dataset(dataset, data_dir or None, seed=seed, validation_size=validation_size)
+def _load_splits(dataset: str, data_dir: str, seed: int, holdout: Holdout) -> DatasetSplits:
+    return load_dataset(
+        dataset,
+        data_dir or None,
+        seed=seed,
+        validation_size=holdout.validation_size,
+        validation_from=holdout.validation_from,
+        test_size=holdout.test_size,
+    )
 
 
-def cached_splits(dataset: str, data_dir: str, seed: int, validation_size: int) -> DatasetSplits:
+def cached_splits(dataset: str, data_dir: str, seed: int, holdout: Holdout) -> DatasetSplits:
     """The run's splits, loaded once per process (many ranks may share a process).
 
     The lock makes ranks that start together wait for the first load instead of each loading the
     data set at once (lru_cache alone does not hold concurrent callers back).
     """
     with _LOAD_LOCK:
-        return _load_splits(dataset, data_dir, seed, validation_size)
+        return _load_splits(dataset, data_dir, seed, holdout)
 
 
 _PARTITIONS: dict[tuple[int, int, str, int], tuple[DatasetSplits, list[np.ndarray]]] = {}
@@ -83,17 +99,17 @@ class Simulation:
     dataset: str
     data_dir: str
     seed: int
-    validation_size: int
+    holdout: Holdout
 
     @classmethod
-    def parse(cls, source: str, data_dir: str, seed: int, validation_size: int) -> Simulation:
+    def parse(cls, source: str, data_dir: str, seed: int, holdout: Holdout) -> Simulation:
         name = source.strip()[len(SIMULATED) :].strip().lower().replace("-", "_")
         if name not in DATASET_NAMES:
             raise ValueError(f"data source {source!r}: simulated data sets are {list(DATASET_NAMES)}")
-        return cls(name, data_dir, seed, validation_size)
+        return cls(name, data_dir, seed, holdout)
 
     def splits(self) -> DatasetSplits:
-        return cached_splits(self.dataset, self.data_dir, self.seed, self.validation_size)
+        return cached_splits(self.dataset, self.data_dir, self.seed, self.holdout)
 
     def shard(
         self, rank: int, world_size: int, partition: str, corruption: str

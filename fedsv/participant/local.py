@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from fedsv.data.corruptions import Corruption
-from fedsv.data.shards import is_simulated
+from fedsv.data.shards import Holdout, is_simulated
 from fedsv.data.sources import Samples, read_data
 from fedsv.fl.device import resolve_device
 from fedsv.task.interface import LoadedTask, TaskError, TrainContext
@@ -84,8 +84,13 @@ class LocalRank:
             loaded = task if task is not None else run_task(spec.task, spec.model, spec.dataset)
             corruption: Corruption | None = None
             if samples is None:
+                # test_size shapes the training split of the embedded sample only, which needs >= 1:
+                # 0 ("all", or a spec that leaves it unset) is the default there
+                holdout = Holdout(
+                    spec.validation_size, spec.validation_from or "train", spec.test_size or 1000
+                )
                 simulation = SimulationSettings(
-                    settings.data_dir, spec.seed, spec.validation_size, spec.world_size, spec.partition
+                    settings.data_dir, spec.seed, holdout, spec.world_size, spec.partition
                 )
                 source = rank_source(settings.data, rank, spec.dataset)
                 samples, corruption = rank_samples(

@@ -31,6 +31,7 @@ class PaperTask(Task):
     model: str = "mlp"
     input_shape: tuple[int, int, int] = (1, 28, 28)
     num_classes: int = 10
+    metric: str = "accuracy"  # the utility: "accuracy" or "neg_loss" (mean log-likelihood)
 
     def build_model(self) -> nn.Module:
         # The runtime seeds the RNG before build_model(); building with that seed gives the same
@@ -47,12 +48,12 @@ class PaperTask(Task):
         return read_data(path)
 
 
-def paper_task(model: str, dataset: str) -> PaperTask:
+def paper_task(model: str, dataset: str, metric: str = "accuracy") -> PaperTask:
     """The built-in task of a run that names no --task: `model` sized for `dataset`'s images."""
     key = dataset.lower().replace("-", "_")
     if key not in INPUT_SHAPES:
         raise ValueError(f"unknown data set {dataset!r}; choose one of {sorted(INPUT_SHAPES)}")
-    return PaperTask(model=model, input_shape=INPUT_SHAPES[key])
+    return PaperTask(model=model, input_shape=INPUT_SHAPES[key], metric=metric)
 
 
 mnist_mlp = PaperTask("mlp", (1, 28, 28))

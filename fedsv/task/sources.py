@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedsv.data.corruptions import Corruption, parse_corruption
-from fedsv.data.shards import Simulation, is_simulated
+from fedsv.data.shards import Holdout, Simulation, is_simulated
 from fedsv.data.sources import Samples
 from fedsv.task.interface import LoadedTask, TaskError, load_task
 from fedsv.task.paper import paper_task
@@ -19,16 +19,17 @@ class SimulationSettings:
 
     data_dir: str
     seed: int
-    validation_size: int
+    holdout: Holdout
     world_size: int = 1
     partition: str = "iid"
 
 
-def run_task(task: str, model: str, dataset: str) -> LoadedTask:
-    """The run's task: the one `task` names, or (task "") the paper's `model` sized for `dataset`."""
+def run_task(task: str, model: str, dataset: str, metric: str = "accuracy") -> LoadedTask:
+    """The run's task: the one `task` names (its own metric), or (task "") the paper's `model` sized for
+    `dataset`, valued by `metric`."""
     if task.strip():
         return load_task(task)
-    return LoadedTask(f"fedsv.tasks:{model}@{dataset}", paper_task(model, dataset))
+    return LoadedTask(f"fedsv.tasks:{model}@{dataset}", paper_task(model, dataset, metric))
 
 
 def rank_source(template: str, rank: int, dataset: str) -> str:
@@ -43,7 +44,7 @@ def rank_samples(
 ) -> tuple[Samples, Corruption | None]:
     """A participant's own samples and the corruption it trains with (simulated shards only)."""
     if is_simulated(source):
-        simulation = Simulation.parse(source, settings.data_dir, settings.seed, settings.validation_size)
+        simulation = Simulation.parse(source, settings.data_dir, settings.seed, settings.holdout)
         samples, parsed = simulation.shard(rank, settings.world_size, settings.partition, corruption)
         return samples, parsed
     if not parse_corruption(corruption).is_clean:
@@ -56,6 +57,6 @@ def evaluation_samples(task: LoadedTask, source: str, which: str, settings: Simu
     if which not in ("validation", "test"):
         raise ValueError(f"which must be validation or test, got {which!r}")
     if is_simulated(source):
-        simulation = Simulation.parse(source, settings.data_dir, settings.seed, settings.validation_size)
+        simulation = Simulation.parse(source, settings.data_dir, settings.seed, settings.holdout)
         return simulation.validation() if which == "validation" else simulation.test()
     return task.validation_data(source) if which == "validation" else task.test_data(source)

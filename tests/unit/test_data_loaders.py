@@ -107,6 +107,33 @@ def test_mnist_test_subsample(tmp_path: Path) -> None:
     assert all(table[img.tobytes()] == lab for img, lab in zip(raw, splits.test.y, strict=True))
 
 
+def test_validation_from_the_test_files_keeps_every_training_image(tmp_path: Path) -> None:
+    """The paper's split: N x 600 of MNIST's 60,000 train, validation a separate set (from the test files)."""
+    data = write_mnist(tmp_path)
+    splits = load_dataset("mnist", tmp_path, validation_size=2, test_size=0, validation_from="test")
+    np.testing.assert_array_equal(splits.train.y, data["train"][1])  # all of train, in file order
+    assert (len(splits.train), len(splits.validation), len(splits.test)) == (N_TRAIN, 2, N_TEST - 2)
+    test_table = image_table(*data["t10k"])
+    seen = [np.rint(ds.x[:, 0] * 255).astype(np.uint8) for ds in (splits.validation, splits.test)]
+    keys = [img.tobytes() for part in seen for img in part]
+    assert sorted(keys) == sorted(test_table)  # validation + test == the test files, disjoint
+    again = load_dataset("mnist", tmp_path, validation_size=2, test_size=2, validation_from="test")
+    np.testing.assert_array_equal(again.validation.x, splits.validation.x)  # test_size never moves it
+    assert len(again.test) == 2
+    everything = load_dataset("mnist", tmp_path, validation_size=2, test_size=0)
+    assert len(everything.test) == N_TEST and len(everything.train) == N_TRAIN - 2
+    for bad, match in (
+        ({"validation_from": "val"}, "validation_from"),
+        ({"validation_from": "test", "validation_size": N_TEST}, "validation_size"),
+        ({"validation_from": "test", "test_size": N_TEST}, "test_size"),
+        ({"test_size": -1}, "test_size"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            load_dataset("mnist", tmp_path, **{"validation_size": 2, **bad})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="validation_from=train"):
+        load_dataset("embedded", validation_from="test")
+
+
 def test_fashion_mnist_layout(tmp_path: Path) -> None:
     write_mnist(tmp_path / "FashionMNIST" / "raw", gz=True)
     splits = load_dataset("fashion-mnist", tmp_path, validation_size=2, test_size=2)

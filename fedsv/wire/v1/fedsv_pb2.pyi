@@ -67,7 +67,7 @@ class TrainSettings(_message.Message):
     def __init__(self, epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., lr: _Optional[float] = ..., momentum: _Optional[float] = ..., weight_decay: _Optional[float] = ...) -> None: ...
 
 class RunSpec(_message.Message):
-    __slots__ = ("run_id", "world_size", "seed", "dataset", "partition", "model", "train", "rounds", "corruption", "max_chunk_bytes", "validation_size", "task")
+    __slots__ = ("run_id", "world_size", "seed", "dataset", "partition", "model", "train", "rounds", "corruption", "max_chunk_bytes", "validation_size", "task", "validation_from", "test_size")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,8 @@ class RunSpec(_message.Message):
     MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
     VALIDATION_SIZE_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_FROM_FIELD_NUMBER: _ClassVar[int]
+    TEST_SIZE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     world_size: int
     seed: int
@@ -92,7 +94,9 @@ class RunSpec(_message.Message):
     max_chunk_bytes: int
     validation_size: int
     task: str
-    def __init__(self, run_id: _Optional[str] = ..., world_size: _Optional[int] = ..., seed: _Optional[int] = ..., dataset: _Optional[str] = ..., partition: _Optional[str] = ..., model: _Optional[str] = ..., train: _Optional[_Union[TrainSettings, _Mapping]] = ..., rounds: _Optional[int] = ..., corruption: _Optional[str] = ..., max_chunk_bytes: _Optional[int] = ..., validation_size: _Optional[int] = ..., task: _Optional[str] = ...) -> None: ...
+    validation_from: str
+    test_size: int
+    def __init__(self, run_id: _Optional[str] = ..., world_size: _Optional[int] = ..., seed: _Optional[int] = ..., dataset: _Optional[str] = ..., partition: _Optional[str] = ..., model: _Optional[str] = ..., train: _Optional[_Union[TrainSettings, _Mapping]] = ..., rounds: _Optional[int] = ..., corruption: _Optional[str] = ..., max_chunk_bytes: _Optional[int] = ..., validation_size: _Optional[int] = ..., task: _Optional[str] = ..., validation_from: _Optional[str] = ..., test_size: _Optional[int] = ...) -> None: ...
 
 class JoinReply(_message.Message):
     __slots__ = ("participant_id", "session_token", "run")
