@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -148,6 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return main_study(args)
         file_values = load_config_file(args.config) if args.config else None
         return main_demo(build_config(DemoConfig, args, file_values))
+    except BrokenPipeError:
+        # The reader went away (`fedsv report RUN | head`): stop quietly, as other Unix tools do, and
+        # point stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     # One-line messages for what the user can fix (settings, files, a run that could not start); any
     # other exception is a bug and keeps its traceback.
     except (ValueError, OSError, LedgerError, LaunchError, StudyError) as exc:

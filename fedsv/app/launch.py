@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fedsv.config.checks import check_port, check_positive, require
 from fedsv.coordinator.config import RunConfig
+from fedsv.fl.device import resolve_device
 from fedsv.fl.ranks import block_of
 from fedsv.ledger import Ledger, RoundRecord
 from fedsv.security import certs
@@ -61,6 +62,13 @@ class LaunchConfig:
         default="pipelined",
         metadata={"help": "pipelined (value round t while round t+1 trains) | inline (value, then go on)"},
     )
+    device: str = field(
+        default="",
+        metadata={
+            "help": "where the participants train and the coordinator values: cpu | auto (CUDA when "
+            "present) | cuda[:N] ('' = participants on the CPU, values on CUDA when present)"
+        },
+    )
     insecure: bool = field(
         default=False,
         metadata={"help": "plaintext gRPC instead of mutual TLS with the certificates in OUT/certs"},
@@ -75,6 +83,11 @@ class LaunchConfig:
         check_positive("round_timeout", self.round_timeout)
         check_positive("timeout", self.timeout)
         require(math.isfinite(self.linger) and self.linger >= -1, "linger", "-1 or more seconds", self.linger)
+        if self.device:
+            try:
+                resolve_device(self.device)
+            except ValueError as exc:
+                raise ValueError(f"device: {exc}") from None
 
 
 def last_error(path: Path) -> str:
@@ -176,6 +189,7 @@ class Launch:
             "round_timeout": self.launch.round_timeout,
             "linger": self.launch.linger,
             "valuation_schedule": self.launch.valuation_schedule,
+            **({"valuation_device": self.launch.device} if self.launch.device else {}),
             "health_port": -1,
             **transport,
         }
@@ -211,6 +225,7 @@ class Launch:
                         f"{ranks[0]}-{ranks[-1]}",
                         "--log-level",
                         self.log_level,
+                        *(["--device", self.launch.device] if self.launch.device else []),
                         *self._data_flags(),
                         *participant_flags,
                     ],

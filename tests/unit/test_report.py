@@ -203,3 +203,25 @@ def test_values_per_label_are_stored_reported_and_drawn(
     assert fedsv_main(["report", str(directory), "--by-class"]) == 0
     printed = capsys.readouterr().out
     assert "1 of 1 rounds split" in printed and "-0.02500" in printed
+
+
+def test_report_into_a_pipe_closed_early_ends_quietly(run_dir: tuple[Path, FederatedValuation]) -> None:
+    """`fedsv report RUN | head -1`: no "Broken pipe" error or traceback, the SIGPIPE exit status."""
+    import os
+    import subprocess
+    import sys
+
+    directory, _ = run_dir
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line: every write meets a closed pipe
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "fedsv", "report", str(directory)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr.decode() == "" and done.returncode == 141

@@ -72,10 +72,16 @@ def test_random_ranking_expects_one_half() -> None:
     assert detection_curve(np.zeros(8), bad)[4] == pytest.approx(0.5)
 
 
-def test_seeded_random_scores_repeat_and_differ_by_seed() -> None:
-    assert random_scores(20, 3).tolist() == random_scores(20, 3).tolist()
-    assert random_scores(20, 3).tolist() != random_scores(20, 4).tolist()
-    assert sorted(random_scores(20, 3).tolist()) == list(range(20))
+def test_random_is_the_expectation_over_every_order_not_one_draw() -> None:
+    flags = np.zeros(20, dtype=bool)
+    flags[[1, 5, 6, 19]] = True
+    curve = detection_curve(random_scores(20), flags)
+    np.testing.assert_allclose(curve, np.arange(21) / 20)  # found(k) = k/N exactly
+    assert detection_area(random_scores(20), flags) == pytest.approx(0.5, abs=1e-12)
+    # the mean of many random orders converges to it
+    rng = np.random.default_rng(0)
+    draws = np.mean([detection_curve(rng.permutation(20).astype(float), flags) for _ in range(4000)], axis=0)
+    np.testing.assert_allclose(draws, curve, atol=0.02)
 
 
 def test_curve_rejects_bad_input() -> None:

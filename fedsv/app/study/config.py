@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from fedsv.coordinator.config import RunConfig
 from fedsv.data.corruptions import parse_corruption
+from fedsv.fl.device import resolve_device
 
 STUDIES = ("noisy", "backdoor", "summarize")
 PARTITIONS = ("iid", "noniid")
@@ -57,6 +59,19 @@ class StudyConfig:
     batch_size: int = field(default=10, metadata={"help": "local batch size"})
     lr: float = field(default=0.05, metadata={"help": "local learning rate"})
     validation_size: int = field(default=1000, metadata={"help": "validation samples the values use"})
+    validation_from: str = field(
+        default="train",
+        metadata={
+            "help": "train | test: validation cut from the training files (the rest trains) or from the "
+            "test files (every training image trains: the paper's 100 x 600)"
+        },
+    )
+    test_size: int = field(
+        default=1000, metadata={"help": "test images for the reported accuracy (0: all not validating)"}
+    )
+    metric: str = field(
+        default="accuracy", metadata={"help": "the utility values are computed on: accuracy | neg_loss"}
+    )
     valuation: str = field(default="exact", metadata={"help": "Shapley method: exact|auto|permutation"})
     bad_fraction: float = field(
         default=0.0, metadata={"help": "fraction of corrupted participants (0: noisy 0.2, backdoor 0.3)"}
@@ -67,11 +82,27 @@ class StudyConfig:
     )
     backdoor: str = field(
         default="backdoor",
-        metadata={"help": "backdoor spec, e.g. backdoor:target=0,per_batch=20,batch_size=64"},
+        metadata={
+            "help": "the backdoor participants' corruption: backdoor[:target=LABEL,per_batch=P,batch_size=B] "
+            "(a BadNets pixel pattern in P of every B training images, relabelled LABEL), joined with + to "
+            "scale:FACTOR (the update sent times FACTOR: the model-replacement boost) or flip:RATIO; e.g. "
+            "backdoor:target=0,per_batch=20,batch_size=64+scale:10"
+        },
+    )
+    update_norm_policy: str = field(
+        default="clip",
+        metadata={
+            "help": "updates over 2x the round's median norm: clip | reject | none (none lets a boosted "
+            "update through, as the paper's runs did)"
+        },
     )
     draws: int = field(default=3, metadata={"help": "random dismissal draws averaged (summarize)"})
-    jobs: int = field(default=2, metadata={"help": "runs launched at once"})
+    jobs: int = field(default=0, metadata={"help": "runs launched at once (0: one per CPU core)"})
     processes: int = field(default=1, metadata={"help": "participant processes per run"})
+    device: str = field(
+        default="",
+        metadata={"help": "where runs train and value: cpu | auto | cuda[:N] ('' = fedsv launch's default)"},
+    )
     run_timeout: float = field(default=1800.0, metadata={"help": "seconds one run may take"})
 
     def __post_init__(self) -> None:
@@ -87,13 +118,18 @@ class StudyConfig:
             (0.0 <= self.bad_fraction < 1.0, f"bad_fraction must lie in [0, 1), got {self.bad_fraction}"),
             (0.0 <= self.flip_ratio <= 1.0, f"flip_ratio must lie in [0, 1], got {self.flip_ratio}"),
             (self.draws >= 1, f"draws must be >= 1, got {self.draws}"),
-            (self.jobs >= 1, f"jobs must be >= 1, got {self.jobs}"),
+            (self.jobs >= 0, f"jobs must be 0 (one per core) or more, got {self.jobs}"),
             (self.processes >= 1, f"processes must be >= 1, got {self.processes}"),
             (self.valuation != "none", "valuation none gives no values to study"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        if self.device:
+            try:
+                resolve_device(self.device)
+            except ValueError as exc:
+                raise ValueError(f"device: {exc}") from None
         backdoor = parse_corruption(self.backdoor).backdoor
         if backdoor is None:
             raise ValueError(f"backdoor must be a backdoor spec, got {self.backdoor!r}")
@@ -111,6 +147,8 @@ class StudyConfig:
                 changes[key] = value
         if not self.flip_ratio:
             changes["flip_ratio"] = _FLIP.get(self.dataset, 0.1)
+        if not self.jobs:
+            changes["jobs"] = cpu_count()
         return replace(self, **changes)
 
     def settings(self) -> list[tuple[str, str]]:
@@ -137,11 +175,20 @@ class StudyConfig:
             batch_size=self.batch_size,
             lr=self.lr,
             validation_size=self.validation_size,
+            validation_from=self.validation_from,
+            test_size=self.test_size,
+            metric=self.metric,
             valuation=self.valuation,
+            update_norm_policy=self.update_norm_policy,
         )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _split(text: str) -> list[str]:

@@ -50,9 +50,10 @@ def value_totals(valuation: FederatedValuation, participants: int) -> dict[str, 
     return totals
 
 
-def random_scores(participants: int, seed: int) -> npt.NDArray[np.float64]:
-    """The random baseline: a seeded random order (distinct scores, so no ties)."""
-    return np.random.default_rng([seed, 0x5A4D]).permutation(participants).astype(np.float64)
+def random_scores(participants: int) -> npt.NDArray[np.float64]:
+    """The random baseline as its expectation, not one draw: every participant tied, so the curve is
+    the mean over all inspection orders (found(k) = k/N exactly) and the area is exactly 0.5."""
+    return np.zeros(participants)
 
 
 Flags = Sequence[bool] | npt.NDArray[np.bool_]
@@ -108,7 +109,7 @@ def pairwise_auc(scores: Sequence[float] | npt.NDArray[np.float64], bad: Flags) 
 
 
 def method_scores(
-    totals: Mapping[str, npt.NDArray[np.float64]], participants: int, seed: int
+    totals: Mapping[str, npt.NDArray[np.float64]], participants: int
 ) -> dict[str, npt.NDArray[np.float64]]:
-    """Scores (low = suspicious) of every detection method: the value totals and the seeded random order."""
-    return {**{m: np.asarray(totals[m]) for m in VALUE_METHODS}, "random": random_scores(participants, seed)}
+    """Scores (low = suspicious) of every detection method: the value totals and random's expectation."""
+    return {**{m: np.asarray(totals[m]) for m in VALUE_METHODS}, "random": random_scores(participants)}

@@ -74,23 +74,49 @@ def run_detection(
     for (partition, model, seed, bad), result in zip(keys, results, strict=True):
         entry = settings.setdefault(
             setting_name(partition, model),
-            {"partition": partition, "model": model, "bad": {}, "_areas": {}, "_acc": [], "_rounds": []},
+            {
+                "partition": partition,
+                "model": model,
+                "bad": {},
+                "_areas": {},
+                "_acc": [],
+                "_rounds": [],
+                "_cost": [],
+            },
         )
         entry["bad"][str(seed)] = bad
         flags = np.isin(np.arange(n), bad)
-        scores = method_scores(value_totals(result.valuation(), n), n, seed)
+        scores = method_scores(value_totals(result.valuation(), n), n)
         for method in DETECTION_METHODS:
             curve = detection_curve(scores[method], flags)
             entry["_areas"].setdefault(method, []).append(curve_area(curve, len(bad)))
             for k, found in enumerate(curve):
                 points.append(_point(study, config, partition, model, seed, method, k / n, float(found)))
         entry["_acc"].append(result.final_accuracy)
+        entry["_cost"].append(run_cost(result))
         entry["_rounds"].append(_round_values(result))
         if study == "backdoor":
             rate = _backdoor_metrics(result, config, model, seed)
             entry.setdefault("_success", []).append(rate)
             points.append(_point(study, config, partition, model, seed, "backdoor_success_rate", 1.0, rate))
     return points, {name: _finish(entry) for name, entry in settings.items()}
+
+
+def run_cost(result: RunResult) -> dict[str, float]:
+    return {
+        "valuation_seconds": result.valuation_seconds,
+        "evaluations": float(result.evaluations),
+        "run_seconds": result.seconds,
+    }
+
+
+def cost_stats(costs: list[dict[str, float]]) -> dict[str, Any]:
+    """What the runs of a setting cost, mean and std over seeds: the valuation's seconds and utility
+    evaluations per run, and each run's wall time (0 for a run reused from an earlier study)."""
+    return {
+        key: stats([cost[key] for cost in costs])
+        for key in ("valuation_seconds", "evaluations", "run_seconds")
+    }
 
 
 def _point(
@@ -129,6 +155,7 @@ def _finish(entry: dict[str, Any]) -> dict[str, Any]:
     if "_success" in entry:
         out["backdoor_success_rate"] = stats(entry["_success"])
         out["clean_accuracy"] = out["final_accuracy"]
+    out.update(cost_stats(entry["_cost"]))
     rounds = entry["_rounds"]
     out["round_value_total"] = np.mean([r["total"] for r in rounds], axis=0).round(6).tolist()
     out["round_value_norm"] = np.mean([r["norm"] for r in rounds], axis=0).round(6).tolist()

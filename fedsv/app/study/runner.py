@@ -13,6 +13,8 @@ from pathlib import Path
 from torch import Tensor
 
 from fedsv.app.launch import Launch, LaunchConfig, LaunchError
+from fedsv.app.report import write_outputs
+from fedsv.app.study.config import cpu_count
 from fedsv.coordinator.config import RunConfig
 from fedsv.ledger import Ledger, LedgerError, RoundRecord, ValueRow, decode_params, federated_valuation
 from fedsv.valuation import FederatedValuation
@@ -36,6 +38,16 @@ class RunResult:
     @property
     def final_accuracy(self) -> float:
         return float(self.rounds[-1].test_accuracy)
+
+    @property
+    def valuation_seconds(self) -> float:
+        """Seconds the run's rounds spent computing their values (in the valuation process)."""
+        return float(sum(record.valuation_seconds for record in self.rounds))
+
+    @property
+    def evaluations(self) -> int:
+        """Utility evaluations (coalitions scored) over the run's rounds."""
+        return int(sum(record.evaluations for record in self.rounds))
 
     def valuation(self) -> FederatedValuation:
         """The run's per-round values, as recorded in its ledger."""
@@ -87,12 +99,22 @@ def _last_line(exc: Exception) -> str:
 
 
 class Runner:
-    """Launches runs (each a coordinator and participant processes on loopback), `jobs` at a time."""
+    """Launches runs (each a coordinator and participant processes on loopback), `jobs` at a time.
+
+    Each run's processes get an equal share of the CPUs (torch threads), so `jobs` runs at once do not
+    oversubscribe the machine; every finished run gets its report.json (and values.csv, figures).
+    """
 
     def __init__(
-        self, jobs: int, processes: int, timeout: float, report: Callable[[str], None] = print
+        self,
+        jobs: int,
+        processes: int,
+        timeout: float,
+        report: Callable[[str], None] = print,
+        device: str = "",
     ) -> None:
         self.jobs, self.processes, self.timeout, self.report = jobs, processes, timeout, report
+        self.device = device
         self._lock = threading.Lock()
         self.launched = 0
         self.reused = 0
@@ -105,16 +127,21 @@ class Runner:
         if done is not None:
             with self._lock:
                 self.reused += 1
-            logger.info("%s: reusing the finished run in %s", label, directory)
+            self.report(f"  {label}: reusing the finished run in {directory}")
+            if not (directory / "report.json").is_file():
+                write_outputs(directory)
             return done
         directory.mkdir(parents=True, exist_ok=True)
         _clear(directory)
+        processes = min(self.processes, run.participants)
         launch_config = LaunchConfig(
             out=str(directory),
-            processes=min(self.processes, run.participants),
+            processes=processes,
+            threads=max(1, cpu_count() // (self.jobs * (processes + 1))),
             metrics_port=-1,
             linger=0.0,
             timeout=self.timeout,
+            device=self.device,
         )
         launch = Launch(run, launch_config)
         started = time.time()
@@ -122,7 +149,7 @@ class Runner:
             self._active.add(launch)
         try:
             launch.start()
-            code = launch.follow(lambda line: logger.debug("%s: %s", label, line))
+            code = launch.follow(lambda line: self.report(f"  {label}: {line.strip()}"))
         except LaunchError as exc:
             raise StudyError(f"{label}: the run in {directory} did not start: {_last_line(exc)}") from exc
         finally:
@@ -137,10 +164,15 @@ class Runner:
                 f"see {directory}/coordinator.log"
             )
         result = RunResult(result.directory, result.rounds, result.values, seconds)
+        write_outputs(directory)
         with self._lock:
             self.launched += 1
             self.launch_seconds += seconds
-        self.report(f"  {label}: {seconds:.1f} s, final test accuracy {result.final_accuracy:.4f}")
+        self.report(
+            f"  {label}: done in {seconds:.1f} s, final test accuracy {result.final_accuracy:.4f}, "
+            f"valuation {result.evaluations} evals in {result.valuation_seconds:.1f} s; "
+            f"{directory / 'report.json'}"
+        )
         return result
 
     def run_many(self, items: Sequence[tuple[RunConfig, Path, str]]) -> list[RunResult]:

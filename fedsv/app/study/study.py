@@ -24,7 +24,7 @@ def run_study(study: str, config: StudyConfig, report: Callable[[str], None] = p
     resolved = replace(resolved, out=str(out))
     out.mkdir(parents=True, exist_ok=True)
     (out / "study_config.json").write_text(json.dumps(resolved.to_dict(), indent=2) + "\n")
-    runner = Runner(resolved.jobs, resolved.processes, resolved.run_timeout, report)
+    runner = Runner(resolved.jobs, resolved.processes, resolved.run_timeout, report, resolved.device)
     settings = ", ".join(f"{p}-{m}" for p, m in resolved.settings())
     report(
         f"fedsv study {study}: {settings} on {resolved.dataset}; seeds {resolved.seed_list()}; "
@@ -48,7 +48,11 @@ def run_study(study: str, config: StudyConfig, report: Callable[[str], None] = p
         "config": resolved.to_dict(),
         "seeds": resolved.seed_list(),
         "settings": per_setting,
-        "runs": {"launched": runner.launched, "reused": runner.reused},
+        "runs": {
+            "launched": runner.launched,
+            "reused": runner.reused,
+            "launch_seconds": round(runner.launch_seconds, 1),
+        },
         "wall_seconds": round(time.time() - started, 1),
     }
     paths = write_all(study, points, summary, out)

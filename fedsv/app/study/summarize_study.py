@@ -11,7 +11,7 @@ import numpy as np
 
 from fedsv.app.study.config import StudyConfig
 from fedsv.app.study.detection import value_totals
-from fedsv.app.study.detection_study import setting_name, stats
+from fedsv.app.study.detection_study import cost_stats, run_cost, setting_name, stats
 from fedsv.app.study.runner import Runner, RunResult
 from fedsv.app.study.summarization import (
     Q_VALUES,
@@ -123,5 +123,6 @@ def _collect(
             "accuracy": accuracy,
             "accuracy_std": accuracy_std,
             "original_accuracy": stats([r.final_accuracy for r in originals_here]),
+            **cost_stats([run_cost(r) for r in originals_here]),
         }
     return points, settings
