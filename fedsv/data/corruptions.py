@@ -19,11 +19,21 @@ logger = logging.getLogger(__name__)
 ImageT = TypeVar("ImageT", np.ndarray, Tensor)
 
 
-def flip_labels(y: np.ndarray, ratio: float, num_classes: int, seed: int) -> np.ndarray:
+def flip_labels(
+    y: np.ndarray, ratio: float, num_classes: int, seed: int, *, own_classes: bool = False
+) -> np.ndarray:
     """A copy of y in which exactly round(ratio * n) seeded-random labels are replaced by another class.
 
     The new class is uniform among the num_classes - 1 others, so every flipped label really changes.
+    With own_classes, it is uniform among the other classes present in y instead (noise that stays
+    within a non-IID participant's own classes); y holding a single class is then left as it is.
     """
+    if own_classes:
+        present = np.unique(np.asarray(y))
+        if len(present) < 2:
+            return np.asarray(y).copy()
+        flipped = flip_labels(np.searchsorted(present, y), ratio, len(present), seed)
+        return present[flipped].astype(np.asarray(y).dtype)
     if not 0.0 <= ratio <= 1.0:
         raise ValueError(f"label flip ratio must lie in [0, 1], got {ratio}")
     labels = np.asarray(y)
@@ -153,6 +163,7 @@ class Corruption:
     label_flip_ratio: float = 0.0
     backdoor: PixelBackdoor | None = None
     delta_scale: float = 1.0  # model poisoning: the participant sends its delta times this
+    flip_own_classes: bool = False  # flipped labels go to another of the participant's own classes
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.label_flip_ratio <= 1.0:
@@ -174,7 +185,9 @@ class Corruption:
         """The participant's data with label flipping applied (unchanged when label_flip_ratio is 0)."""
         if self.label_flip_ratio == 0.0:
             return ds
-        flipped = flip_labels(ds.y, self.label_flip_ratio, ds.num_classes, seed)
+        flipped = flip_labels(
+            ds.y, self.label_flip_ratio, ds.num_classes, seed, own_classes=self.flip_own_classes
+        )
         logger.info("flipped %d of %d labels", int(np.sum(flipped != ds.y)), len(ds))
         return replace(ds, y=flipped)
 
@@ -188,7 +201,7 @@ class Corruption:
         """The spec string parse_corruption reads back into this corruption."""
         parts = []
         if self.label_flip_ratio:
-            parts.append(f"flip:{self.label_flip_ratio:g}")
+            parts.append(f"flip:{self.label_flip_ratio:g}" + (":own" if self.flip_own_classes else ""))
         if self.backdoor is not None:
             b, d = self.backdoor, PixelBackdoor()
             opts = [
@@ -223,23 +236,30 @@ def _parse_backdoor(options: str, spec: str) -> PixelBackdoor:
 
 
 def parse_corruption(spec: str) -> Corruption:
-    """Read a CLI corruption spec: "none", "flip:0.1", "backdoor",
-    "backdoor:target=7[,per_batch=20,batch_size=64]", or several joined with "+" ("flip:0.2+backdoor")."""
+    """Read a CLI corruption spec: "none", "flip:0.1", "flip:0.1:own" (flipped to the participant's own
+    classes), "backdoor", "backdoor:target=7[,per_batch=20,batch_size=64]", "scale:10" (the update
+    boosted), or several joined with "+" ("flip:0.2+backdoor")."""
     text = spec.strip().lower()
     if text in ("", "none", "clean"):
         return Corruption()
     ratio = 0.0
+    own = False
     backdoor: PixelBackdoor | None = None
     factor = 1.0
     for part in text.split("+"):
         kind, _, arg = part.strip().partition(":")
         if kind == "flip":
+            arg, _, where = arg.partition(":")
             try:
                 ratio = float(arg)
+                if where not in ("", "own"):
+                    raise ValueError(where)
             except ValueError:
                 raise ValueError(
-                    f"bad corruption {spec!r}: flip needs a ratio in [0, 1], e.g. flip:0.1"
+                    f"bad corruption {spec!r}: flip needs a ratio in [0, 1], e.g. flip:0.1 (or flip:0.1:own "
+                    "to flip to the participant's own classes only)"
                 ) from None
+            own = where == "own"
             if not 0.0 <= ratio <= 1.0:
                 raise ValueError(f"bad corruption {spec!r}: flip ratio must lie in [0, 1]")
         elif kind == "backdoor":
@@ -253,7 +273,7 @@ def parse_corruption(spec: str) -> Corruption:
                 raise ValueError(f"bad corruption {spec!r}: scale must be finite")
         else:
             raise ValueError(
-                f"unknown corruption {spec!r}; use none, flip:RATIO, backdoor, backdoor:target=LABEL "
+                f"unknown corruption {spec!r}; use none, flip:RATIO[:own], backdoor, backdoor:target=LABEL "
                 "or scale:FACTOR"
             )
-    return Corruption(label_flip_ratio=ratio, backdoor=backdoor, delta_scale=factor)
+    return Corruption(label_flip_ratio=ratio, backdoor=backdoor, delta_scale=factor, flip_own_classes=own)

@@ -141,10 +141,33 @@ def test_parse_corruption() -> None:
     assert parse_corruption("backdoor:target=7") == Corruption(backdoor=PixelBackdoor(target_label=7))
     both = parse_corruption("flip:0.3+backdoor:target=2,per_batch=10")
     assert both == Corruption(label_flip_ratio=0.3, backdoor=PixelBackdoor(target_label=2, per_batch=10))
-    for spec in ("none", "flip:0.1", "backdoor", "backdoor:target=7", "flip:0.3+backdoor:per_batch=10"):
+    assert parse_corruption("flip:0.1:own") == Corruption(label_flip_ratio=0.1, flip_own_classes=True)
+    specs = ("none", "flip:0.1", "flip:0.2:own", "backdoor", "backdoor:target=7",
+             "flip:0.3+backdoor:per_batch=10", "backdoor+scale:10")  # fmt: skip
+    for spec in specs:
         assert parse_corruption(parse_corruption(spec).describe()) == parse_corruption(spec)
-    for bad in ("flip", "flip:x", "flip:1.5", "backdoor:7", "backdoor:color=1", "backdoor:target=a", "noise"):
+    for bad in (
+        "flip",
+        "flip:x",
+        "flip:1.5",
+        "flip:0.1:all",
+        "backdoor:7",
+        "backdoor:color=1",
+        "backdoor:target=a",
+        "noise",
+    ):
         with pytest.raises(ValueError):
             parse_corruption(bad)
     with pytest.raises(ValueError, match="per_batch"):
         parse_corruption("backdoor:per_batch=65")
+
+
+def test_flipping_to_own_classes_stays_within_them() -> None:
+    """flip:R:own: a non-IID participant's noisy labels stay among the classes it holds."""
+    y = np.array([3] * 40 + [8] * 60)
+    flipped = flip_labels(y, 0.1, 10, seed=4, own_classes=True)
+    assert set(flipped.tolist()) == {3, 8} and int(np.sum(flipped != y)) == 10
+    np.testing.assert_array_equal(flipped, flip_labels(y, 0.1, 10, seed=4, own_classes=True))
+    assert np.array_equal(flip_labels(np.full(9, 5), 0.5, 10, seed=0, own_classes=True), np.full(9, 5))
+    anywhere = flip_labels(y, 0.5, 10, seed=4)
+    assert set(anywhere.tolist()) - {3, 8}  # the paper's noise reaches other classes

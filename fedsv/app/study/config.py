@@ -80,6 +80,13 @@ class StudyConfig:
         default=0.0,
         metadata={"help": "labels flipped per noisy participant (0: embedded 0.3, MNIST 0.1, CIFAR-10 0.03)"},
     )
+    flip_to: str = field(
+        default="any",
+        metadata={
+            "help": "noisy: a flipped label goes to any other class (any, the paper) or to another of the "
+            "participant's own classes (own: noise a non-IID participant's classes cannot reveal)"
+        },
+    )
     backdoor: str = field(
         default="backdoor",
         metadata={
@@ -118,6 +125,7 @@ class StudyConfig:
             (0.0 <= self.bad_fraction < 1.0, f"bad_fraction must lie in [0, 1), got {self.bad_fraction}"),
             (0.0 <= self.flip_ratio <= 1.0, f"flip_ratio must lie in [0, 1], got {self.flip_ratio}"),
             (self.draws >= 1, f"draws must be >= 1, got {self.draws}"),
+            (self.flip_to in ("any", "own"), f"flip_to must be any or own, got {self.flip_to!r}"),
             (self.jobs >= 0, f"jobs must be 0 (one per core) or more, got {self.jobs}"),
             (self.processes >= 1, f"processes must be >= 1, got {self.processes}"),
             (self.valuation != "none", "valuation none gives no values to study"),

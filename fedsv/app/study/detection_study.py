@@ -35,7 +35,9 @@ def setting_name(partition: str, model: str) -> str:
 
 
 def _corruption(study: str, config: StudyConfig) -> str:
-    return f"flip:{config.flip_ratio:g}" if study == "noisy" else config.backdoor
+    if study == "noisy":
+        return f"flip:{config.flip_ratio:g}" + (":own" if config.flip_to == "own" else "")
+    return config.backdoor
 
 
 def _backdoor_metrics(result: RunResult, config: StudyConfig, model_name: str, seed: int) -> float:

@@ -145,6 +145,7 @@ def markdown(study: str, summary: dict[str, Any]) -> str:
     lines: list[str] = []
     if study in ("noisy", "backdoor"):
         extra = " backdoor success | clean acc. |" if study == "backdoor" else " final acc. |"
+        extra += " valuation s / run | evaluations / run |"
         head = "| setting | " + " | ".join(LABELS[m] for m in DETECTION_METHODS) + " |" + extra
         lines += [head, "|" + "---|" * (head.count("|") - 1)]
         for setting, entry in summary["settings"].items():
@@ -155,6 +156,7 @@ def markdown(study: str, summary: dict[str, Any]) -> str:
             else:
                 tail = [entry["final_accuracy"]]
             cells += [f"{t['mean']:.3f} ± {t['std']:.3f}" for t in tail]
+            cells += _cost_cells(entry)
             lines.append(f"| {setting} | " + " | ".join(cells) + " |")
     else:
         qs = list(next(iter(summary["settings"].values()))["accuracy"]["fedsv"])
@@ -165,7 +167,27 @@ def markdown(study: str, summary: dict[str, Any]) -> str:
                 row = entry["accuracy"][method]
                 values = " | ".join(f"{row[q]:.3f}" for q in qs)
                 lines.append(f"| {setting} | {LABELS[method]} | {values} |")
+        lines.append("")
+        for setting, entry in summary["settings"].items():
+            seconds, evaluations = _cost_cells(entry)
+            if seconds:
+                lines.append(
+                    f"{setting}: valuing an original run took {seconds} s, {evaluations} evaluations"
+                )
+    runs = summary.get("runs", {})
+    if runs:
+        lines += [
+            "",
+            f"{runs['launched']} runs launched, {runs['reused']} reused, {summary['wall_seconds']:.0f} s",
+        ]
     return "\n".join(lines) + "\n"
+
+
+def _cost_cells(entry: dict[str, Any]) -> list[str]:
+    """Valuation seconds and utility evaluations per run (means over seeds); blank where not recorded."""
+    if "valuation_seconds" not in entry:
+        return ["", ""]
+    return [f"{entry['valuation_seconds']['mean']:.1f}", f"{entry['evaluations']['mean']:,.0f}"]
 
 
 def write_all(study: str, points: list[dict[str, Any]], summary: dict[str, Any], out: Path) -> list[Path]:
