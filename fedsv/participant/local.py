@@ -84,11 +84,7 @@ class LocalRank:
             loaded = task if task is not None else run_task(spec.task, spec.model, spec.dataset)
             corruption: Corruption | None = None
             if samples is None:
-                # test_size shapes the training split of the embedded sample only, which needs >= 1:
-                # 0 ("all", or a spec that leaves it unset) is the default there
-                holdout = Holdout(
-                    spec.validation_size, spec.validation_from or "train", spec.test_size or 1000
-                )
+                holdout = Holdout(spec.validation_size, spec.validation_from or "train", spec.test_size)
                 simulation = SimulationSettings(
                     settings.data_dir, spec.seed, holdout, spec.world_size, spec.partition
                 )

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from fedsv.coordinator.config import RunConfig
+from fedsv.data import DatasetSplits, load_dataset
 from fedsv.data.corruptions import parse_corruption
 from fedsv.fl.device import resolve_device
 
@@ -188,6 +189,17 @@ class StudyConfig:
             metric=self.metric,
             valuation=self.valuation,
             update_norm_policy=self.update_norm_policy,
+        )
+
+    def splits(self, seed: int) -> DatasetSplits:
+        """The data set as the study's runs of `seed` split it (a wrong path fails here, once)."""
+        return load_dataset(
+            self.dataset,
+            self.data_dir or None,
+            seed=seed,
+            validation_size=self.validation_size,
+            validation_from=self.validation_from,
+            test_size=self.test_size,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from fedsv.app.study.detection import (
     value_totals,
 )
 from fedsv.app.study.runner import Runner, RunResult
-from fedsv.data import load_dataset
 from fedsv.data.corruptions import backdoor_success_rate, parse_corruption
 from fedsv.fl.state import load_params
 from fedsv.task.models import build_model
@@ -44,9 +43,7 @@ def _backdoor_metrics(result: RunResult, config: StudyConfig, model_name: str, s
     """Backdoor success rate of the run's final global model on the triggered test images."""
     backdoor = parse_corruption(config.backdoor).backdoor
     assert backdoor is not None  # StudyConfig checked it
-    splits = load_dataset(
-        config.dataset, config.data_dir or None, seed=seed, validation_size=config.validation_size
-    )
+    splits = config.splits(seed)
     model = build_model(model_name, splits.input_shape, splits.num_classes, seed=seed)
     load_params(model, result.final_params())
     return backdoor_success_rate(model, splits.test.x, splits.test.y, backdoor)

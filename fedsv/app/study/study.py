@@ -14,7 +14,6 @@ from fedsv.app.study.detection_study import run_detection
 from fedsv.app.study.outputs import write_all
 from fedsv.app.study.runner import Runner
 from fedsv.app.study.summarize_study import run_summarization
-from fedsv.data import load_dataset
 
 
 def run_study(study: str, config: StudyConfig, report: Callable[[str], None] = print) -> dict[str, Any]:
@@ -32,12 +31,7 @@ def run_study(study: str, config: StudyConfig, report: Callable[[str], None] = p
         f"{resolved.jobs} runs at once; out={out}"
     )
     # The data set must load here before any run starts: a wrong path is one clear error, not N failed runs.
-    load_dataset(
-        resolved.dataset,
-        resolved.data_dir or None,
-        seed=resolved.seed,
-        validation_size=resolved.validation_size,
-    )
+    resolved.splits(resolved.seed)
     started = time.time()
     if study == "summarize":
         points, per_setting = run_summarization(resolved, out, runner)
