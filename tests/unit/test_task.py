@@ -163,7 +163,7 @@ def _rank_delta(device: str) -> dict[str, torch.Tensor]:
 
     train = fedsv_pb2.TrainSettings(epochs=1, batch_size=10, lr=0.05)
     spec = fedsv_pb2.RunSpec(world_size=20, seed=3, dataset="embedded", partition="iid", model="mlp",
-                             validation_size=1000, train=train)  # fmt: skip
+                             validation_size=1000, test_size=1000, train=train)  # fmt: skip
     local = LocalRank.prepare(0, spec, LocalSettings(device=device), None, None)
     params = params_of(load_task("fedsv.tasks:mnist_mlp").build_model(seed=3))
     return local.train(params, fedsv_pb2.RoundTask(round=1, train_seed=11), train)
