@@ -6,6 +6,7 @@ import itertools
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -244,3 +245,21 @@ def test_every_method_a_study_reports_has_a_label_and_a_colour() -> None:
 
     for method in (*DETECTION_METHODS, *SUMMARY_METHODS):
         assert method in LABELS and method in COLORS, method
+
+
+def test_a_finished_run_recorded_before_newer_settings_existed_is_reused(tmp_path: Path) -> None:
+    """A ledger whose config predates a setting (it is absent) holds that setting's default: reusable."""
+    from fedsv.app.study.runner import _finished
+    from fedsv.coordinator.config import RunConfig
+    from fedsv.ledger import Checkpoint, Ledger
+
+    run = RunConfig(participants=4, fraction=0.5, rounds=2, valuation="exact")
+    older = {k: v for k, v in run.to_dict().items() if k not in ("validation_from", "test_size", "metric")}
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-old", older)
+        for n in (1, 2):
+            ledger.commit_round(
+                make_record(n, ["p000", "p001"], ["p000", "p001"]), [], [], Checkpoint(n, b"w", "{}")
+            )
+    assert _finished(tmp_path, run) is not None
+    assert _finished(tmp_path, replace(run, metric="neg_loss")) is None  # a setting that differs

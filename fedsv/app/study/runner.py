@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from torch import Tensor
 
@@ -77,9 +78,17 @@ def _finished(directory: Path, run: RunConfig) -> RunResult | None:
             rounds, values = ledger.rounds(), ledger.values()
     except LedgerError:
         return None
-    if recorded is None or recorded[1] != run.to_dict() or len(rounds) < run.rounds:
+    if recorded is None or len(rounds) < run.rounds or _as_recorded(recorded[1]) != run.to_dict():
         return None
     return RunResult(directory, rounds, values, 0.0)
+
+
+def _as_recorded(recorded: dict[str, Any]) -> dict[str, Any] | None:
+    """A recorded run config with the settings it predates at their defaults (None if unreadable)."""
+    try:
+        return RunConfig(**recorded).to_dict()
+    except (TypeError, ValueError):
+        return None
 
 
 def _clear(directory: Path) -> None:

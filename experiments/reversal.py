@@ -1,0 +1,99 @@
+"""Why noisy participants out-value clean ones in non-IID studies: their values split by validation label.
+
+For every run of the given study directories, each participant's FedSV total is split (per-label
+values, exact and additive) into the part earned on the two classes it holds and the part earned on
+the eight it does not; the table compares noisy and clean participants. Run after a study:
+
+    python experiments/reversal.py runs/paper/noisy-fashion-mnist [runs/paper/noisy-own-fashion-mnist ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from fedsv.coordinator.config import RunConfig
+from fedsv.data import load_dataset
+from fedsv.data.partition import partition_indices
+from fedsv.fl.ranks import participant_id
+
+
+@dataclass(frozen=True)
+class Split:
+    """Mean over participants of one group (noisy or clean) of a run's values."""
+
+    total: float
+    own: float
+    other: float
+    count: int
+
+
+def _run_config(directory: Path) -> RunConfig:
+    recorded = json.loads((directory / "config.json").read_text())
+    names = {f.name for f in fields(RunConfig)}
+    return RunConfig(**{k: v for k, v in recorded.items() if k in names})
+
+
+def own_classes(run: RunConfig) -> list[set[int]]:
+    """The labels each rank's shard holds (the run's own split and partition)."""
+    holdout = run.holdout()
+    splits = load_dataset(
+        run.dataset,
+        run.data_dir or None,
+        seed=run.seed,
+        validation_size=holdout.validation_size,
+        validation_from=holdout.validation_from,
+        test_size=holdout.test_size,
+    )
+    parts = partition_indices(splits.train.y, run.participants, run.partition, run.seed)
+    return [set(np.unique(splits.train.y[index]).tolist()) for index in parts]
+
+
+def run_splits(directory: Path) -> dict[str, Split]:
+    """noisy / clean -> mean total, own-class and other-class value of the participants ever valued."""
+    run = _run_config(directory)
+    report = json.loads((directory / "report.json").read_text())
+    by_label = report["classes"]["totals"]
+    noisy = set(run.corruptions())
+    classes = own_classes(run)
+    groups: dict[str, list[tuple[float, float, float]]] = {"noisy": [], "clean": []}
+    for rank in range(run.participants):
+        values = by_label.get(participant_id(rank))
+        if values is None:
+            continue  # never valued
+        own = sum(v for label, v in enumerate(values) if label in classes[rank])
+        groups["noisy" if rank in noisy else "clean"].append((float(sum(values)), own, sum(values) - own))
+    return {
+        name: Split(*(float(np.mean(column)) for column in zip(*rows, strict=True)), len(rows))
+        for name, rows in groups.items()
+        if rows
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("studies", nargs="+", type=Path, help="study directories (their runs/noniid-*/seed*)")
+    args = parser.parse_args()
+    print("| study | setting | group | participants | FedSV total | on own classes | on other classes |")
+    print("|---|---|---|---|---|---|---|")
+    for study in args.studies:
+        for setting in sorted((study / "runs").glob("noniid-*")):
+            seeds = [run_splits(d) for d in sorted(setting.glob("seed*")) if (d / "report.json").is_file()]
+            for group in ("noisy", "clean"):
+                rows = [s[group] for s in seeds if group in s]
+                if not rows:
+                    continue
+                mean = {k: np.mean([getattr(r, k) for r in rows]) for k in ("total", "own", "other")}
+                count = sum(r.count for r in rows)
+                print(
+                    f"| {study.name} | {setting.name} | {group} | {count} | {mean['total']:+.4f} | "
+                    f"{mean['own']:+.4f} | {mean['other']:+.4f} |"
+                )
+
+
+if __name__ == "__main__":
+    main()
