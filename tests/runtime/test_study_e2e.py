@@ -136,3 +136,49 @@ def test_a_reduced_paper_backdoor_study_from_idx_files(tmp_path: Path) -> None:
     assert "| valuation s / run | evaluations / run |" in (out / "summary.md").read_text()
     run_config = json.loads((out / "runs" / "iid-mlp" / "seed0" / "config.json").read_text())
     assert (run_config["validation_from"], run_config["test_size"]) == ("test", 0)
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Pids of the live processes whose command line mentions `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # gone meanwhile
+    return found
+
+
+def test_sigterm_stops_a_study_and_every_process_it_started(tmp_path: Path) -> None:
+    """A study killed by a scheduler (SIGTERM) ends its runs' coordinators and participants too."""
+    out = tmp_path / "stopped"
+    command = [
+        sys.executable,
+        "-m",
+        "fedsv",
+        "study",
+        "noisy",
+        "--quick",
+        "--partition",
+        "iid",
+        "--model",
+        "mlp",
+    ]
+    proc = subprocess.Popen(
+        [*command, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # wait for progress: a run's first round is in
+            if "round   1/" in line:
+                break
+        assert _processes_naming(str(out)), "the runs' processes name their directory"
+        proc.terminate()
+        _, error = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "fedsv study: interrupted" in error, error
+    assert _processes_naming(str(out)) == []
