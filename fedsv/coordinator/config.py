@@ -13,7 +13,7 @@ from fedsv.data.shards import Holdout
 from fedsv.fl.aggregation import AggregationRule
 from fedsv.fl.ranks import parse_ranks
 from fedsv.fl.update_bounds import POLICIES, NormBound
-from fedsv.task.interface import LoadedTask
+from fedsv.task.interface import METRICS, LoadedTask
 from fedsv.task.sources import SimulationSettings, run_task
 from fedsv.valuation import ValuationSpec
 from fedsv.valuation.methods import METHODS
@@ -155,6 +155,10 @@ class RunConfig:
             self.validation_from in VALIDATION_FROM, "validation_from", "train or test", self.validation_from
         )
         require(self.test_size >= 0, "test_size", "0 (all) or a positive count", self.test_size)
+        require(self.metric in METRICS, "metric", " or ".join(METRICS), self.metric)
+        if self.task.strip():
+            require(self.metric == "accuracy", "metric", "left out with --task (the task sets its own)",
+                    self.metric)  # fmt: skip
         if self.dataset == "embedded" and not self.task.strip():
             rule = "train for the embedded sample (it has no separate test files)"
             require(self.validation_from == "train", "validation_from", rule, self.validation_from)

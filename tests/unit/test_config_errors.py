@@ -60,6 +60,12 @@ def test_coordinator_config_file(tmp_path: Path, settings: dict[str, object], ne
         (["--metrics-port", "70000"], "metrics_port must be a port"),
         (["--valuation-budget", "1"], "valuation_budget must be 0 or at least 2"),
         (["--threads", "-2"], "threads must be 0"),
+        (["--device", "tpu"], "device: unknown device 'tpu'"),
+        (["--metric", "f1"], "metric must be accuracy or neg_loss"),
+        (["--validation-from", "val"], "validation_from must be train or test"),
+        (["--validation-from", "test"], "validation_from must be train for the embedded sample"),
+        (["--test-size", "-1"], "test_size must be 0 (all) or a positive count"),
+        (["--test-size", "0"], "test_size must be at least 1 for the embedded sample"),
     ],
 )
 def test_launch_flags(
