@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import signal
 import sys
@@ -17,6 +16,7 @@ from fedsv.app.launch import Launch, LaunchConfig, LaunchError
 from fedsv.app.study.cli import add_study_parser, main_study
 from fedsv.app.study.runner import StudyError
 from fedsv.config.flags import add_dataclass_args, build_config, build_configs, load_config_file
+from fedsv.config.logs import add_log_level, configure_logging
 from fedsv.coordinator.config import RunConfig
 from fedsv.ledger import LedgerError
 
@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fedsv", description="Federated learning with federated Shapley values."
     )
-    parser.add_argument("--log-level", default="WARNING", help="logging level (default: WARNING)")
+    add_log_level(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     launch = sub.add_parser("launch", help="run a coordinator and participant processes on this machine")
@@ -143,9 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # SIGTERM (kill, a scheduler ending the job) unwinds like Ctrl-C: a launch or a study stops the
         # coordinator and participant processes it started instead of leaving them running
         signal.signal(signal.SIGTERM, _interrupt)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
     try:
         if args.command == "launch":
             return main_launch(args)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedsv.config.checks import check_port, check_positive, require
+from fedsv.config.checks import check_count, check_port, check_seconds
 from fedsv.coordinator.config import RunConfig
 from fedsv.fl.device import resolve_device
 from fedsv.fl.ranks import block_of
@@ -76,13 +76,11 @@ class LaunchConfig:
 
     def __post_init__(self) -> None:
         for name in ("processes", "threads"):
-            value = getattr(self, name)
-            if value < 0:
-                raise ValueError(f"{name} must be 0 (automatic) or a positive number, got {value}")
+            check_count(name, getattr(self, name), low=0, high=4096)  # 0: automatic
         check_port("metrics_port", self.metrics_port, off=True)
-        check_positive("round_timeout", self.round_timeout)
-        check_positive("timeout", self.timeout)
-        require(math.isfinite(self.linger) and self.linger >= -1, "linger", "-1 or more seconds", self.linger)
+        check_seconds("round_timeout", self.round_timeout)
+        check_seconds("timeout", self.timeout)
+        check_seconds("linger", self.linger, -1, zero=True)
         if self.device:
             try:
                 resolve_device(self.device)

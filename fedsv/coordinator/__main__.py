@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
 from fedsv.config.flags import add_dataclass_args, build_configs, load_config_file
+from fedsv.config.logs import add_log_level, configure_logging
 from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.server import serve
 from fedsv.coordinator.server_config import ServerConfig
@@ -19,13 +19,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--config", default=None, help="JSON file of run and server settings (flags override)"
     )
-    parser.add_argument("--log-level", default="WARNING")
+    add_log_level(parser)
     add_dataclass_args(parser, RunConfig)
     add_dataclass_args(parser, ServerConfig)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
     try:
         values = load_config_file(args.config) if args.config else {}
         run, server = build_configs(args, values, RunConfig, ServerConfig)

@@ -8,6 +8,7 @@ from torch import nn
 
 from fedsv.coordinator.config import RunConfig
 from fedsv.fl.evaluation import EvalSet
+from fedsv.task.fit import check_fits
 from fedsv.task.interface import LoadedTask
 from fedsv.task.sources import evaluation_samples
 
@@ -27,9 +28,11 @@ class RunInputs:
         task = run.load_task()
         model = task.build_model(run.seed)
         validation = evaluation_samples(task, run.validation_source, "validation", run.simulation())
+        check_fits(model, validation, "validation")  # a file the model cannot take: refused now
         test = None
         if run.test_source:
             samples = evaluation_samples(task, run.test_source, "test", run.simulation())
+            check_fits(model, samples, "test")
             test = EvalSet(samples.x, samples.y)
         return cls(task, model, EvalSet(validation.x, validation.y), test)
 

@@ -85,26 +85,60 @@ class Coordinator:
     ) -> None:
         self.run_config, self.server_config = run, server
         state_dir = Path(server.state_dir)
-        state_dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id_of(run)
-        # The task, its data and the valuation device first: a bad task, file or device must not
-        # leave a run recorded in the ledger.
+        # Everything a setting names is checked before the ledger exists, so that no bad setting
+        # leaves a run recorded: the task and its data, the valuation device, the tokens and TLS
+        # files, and the ports (bound now).
         inputs = RunInputs.load(run)
         resolve_device(server.valuation_device)
-        self.ledger = Ledger(state_dir / "ledger.sqlite")
-        self.ledger.ensure_run(self.run_id, run.to_dict())
+        tokens = read_tokens(server.tokens_file) if server.tokens_file else None
+        credentials = server_credentials(server.tls_dir, server.tls_client_auth) if server.tls_dir else None
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = CoordinatorMetrics(self.registry)
         self.state = RunState.new(
             run.participants,
             server.credential,
-            tokens=read_tokens(server.tokens_file) if server.tokens_file else None,
+            tokens=tokens,
             require_peer=bool(server.tls_dir) and server.tls_client_auth,
             max_streams=server.max_streams_per_participant,
             max_samples=server.max_samples_per_participant,
             max_participants=server.max_participants,
         )
         self.state.sessions.on_connected = self.metrics.set_connected
+        specs = make_run_spec(run, self.run_id, server.max_chunk_bytes)
+        limits = UpdateLimits(
+            server.max_chunk_bytes, server.max_update_bytes, server.max_tensors, server.header_timeout
+        )
+        self.servicer = CoordinatorServicer(
+            self.state, specs.__getitem__, spec_of(params_of(inputs.model)), self.metrics, limits
+        )
+        health_address = f"{server.host}:{server.health_port}" if server.health_port >= 0 else None
+        self.servers = CoordinatorServers(
+            self.servicer, self.metrics, f"{server.host}:{server.port}", credentials, run.participants,
+            health_address, server.header_timeout,
+        )  # fmt: skip
+        self.port, self.health_port = self.servers.port, self.servers.health_port
+        self.metrics_server: object | None = None
+        self.metrics_port = -1
+        try:
+            self._serve_metrics()
+            state_dir.mkdir(parents=True, exist_ok=True)
+            self.ledger = Ledger(state_dir / "ledger.sqlite")
+        except BaseException:
+            self._release_ports()
+            raise
+        try:
+            self.ledger.ensure_run(self.run_id, run.to_dict())
+            self.loop = self._round_loop(run, server, inputs, state_dir)
+        except BaseException:
+            self.ledger.close()
+            self._release_ports()
+            raise
+
+    def _round_loop(
+        self, run: RunConfig, server: ServerConfig, inputs: RunInputs, state_dir: Path
+    ) -> RoundLoop:
+        """The run's rounds from where the ledger left them, with the valuation worker and its backlog."""
         store = PendingStore(state_dir / "pending")
         world = [participant_id(rank) for rank in range(run.participants)]
         progress = resume(self.ledger, store, self.metrics, params_of(inputs.model), world)
@@ -127,35 +161,26 @@ class Coordinator:
             )
             for pending in progress.backlog:
                 worker.submit(pending.round)
-        self.loop = RoundLoop(
-            run, server, self.state, inputs, game, progress, committer, self.metrics, worker
-        )
-        specs = make_run_spec(run, self.run_id, server.max_chunk_bytes)
-        limits = UpdateLimits(
-            server.max_chunk_bytes, server.max_update_bytes, server.max_tensors, server.header_timeout
-        )
-        self.servicer = CoordinatorServicer(
-            self.state, specs.__getitem__, spec_of(self.loop.params), self.metrics, limits
-        )
-        health_address = f"{server.host}:{server.health_port}" if server.health_port >= 0 else None
+        return RoundLoop(run, server, self.state, inputs, game, progress, committer, self.metrics, worker)
+
+    def _serve_metrics(self) -> None:
+        """Bind the metrics port (before the ledger: a port in use is a setting's error, not a run's)."""
+        config = self.server_config
+        if config.metrics_port < 0:
+            return
         try:
-            credentials = None
-            if server.tls_dir:
-                credentials = server_credentials(server.tls_dir, server.tls_client_auth)
-            self.servers = CoordinatorServers(
-                self.servicer,
-                self.metrics,
-                f"{server.host}:{server.port}",
-                credentials,
-                run.participants,
-                health_address,
+            self.metrics_server, self.metrics_port = serve_metrics(
+                self.registry, config.host, config.metrics_port
             )
-        except BaseException:
-            self.ledger.close()
-            raise
-        self.port, self.health_port = self.servers.port, self.servers.health_port
-        self.metrics_server: object | None = None
-        self.metrics_port = -1
+        except OSError as exc:
+            address = f"{config.host}:{config.metrics_port}"
+            raise ValueError(f"cannot serve metrics_port on {address}: {exc.strerror or exc}") from None
+
+    def _release_ports(self) -> None:
+        self.servers.stop()
+        if self.metrics_server is not None:
+            stop_metrics(self.metrics_server)
+            self.metrics_server = None
 
     @property
     def transport(self) -> str:
@@ -165,14 +190,6 @@ class Coordinator:
         return "mutual TLS" if config.tls_client_auth else "TLS + participant tokens"
 
     def start(self) -> None:
-        if self.server_config.metrics_port >= 0:  # first: a port in use fails before anything serves
-            try:
-                self.metrics_server, self.metrics_port = serve_metrics(
-                    self.registry, self.server_config.host, self.server_config.metrics_port
-                )
-            except OSError as exc:
-                address = f"{self.server_config.host}:{self.server_config.metrics_port}"
-                raise ValueError(f"cannot serve metrics_port on {address}: {exc.strerror or exc}") from None
         self.servers.start()
         if self.server_config.port_file:
             tmp = Path(self.server_config.port_file + ".tmp")
@@ -195,13 +212,17 @@ class Coordinator:
         )
 
     def run(self) -> RunEnd:
-        """Run the rounds to the end, then keep serving (health, final metrics) for `linger` seconds.
+        """Run the rounds to the end, then keep serving until every participant has read the end (at
+        most `end_grace` seconds), then (health, final metrics) for `linger` seconds.
 
         linger < 0 serves until SIGTERM: a coordinator under a Kubernetes Deployment stays up with
         its final metrics instead of exiting into a restart loop. Participants read the end of the
         run from their task streams meanwhile and exit.
         """
         end = self.loop.run()
+        world = [participant_id(rank) for rank in range(self.run_config.participants)]
+        grace = time.time() + self.server_config.end_grace
+        self.state.board.wait_until_told(world, grace, self.loop.stop_event)
         linger = self.server_config.linger
         deadline = float("inf") if linger < 0 else time.time() + linger
         while time.time() < deadline and not self.loop.stop_event.is_set():
@@ -214,10 +235,7 @@ class Coordinator:
         self.loop.stop_event.set()
         if self.loop.worker is not None:  # the round it is valuing (if any) ends; the rest stays pending
             self.loop.worker.close()
-        self.servers.stop()
-        if self.metrics_server is not None:
-            stop_metrics(self.metrics_server)
-            self.metrics_server = None
+        self._release_ports()
         self.ledger.close()
 
 

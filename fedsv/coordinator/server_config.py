@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from fedsv.config.checks import check_port, check_positive, require
+from fedsv.config.checks import INT64_MAX, check_count, check_port, check_seconds
 from fedsv.wire.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES, MIN_CHUNK_BYTES
 
 DEFAULT_BACKLOG_BYTES = 4 * 2**30
@@ -88,7 +87,17 @@ class ServerConfig:
     )
     header_timeout: float = field(
         default=10.0,
-        metadata={"help": "seconds an update stream may take to send its header (then DEADLINE_EXCEEDED)"},
+        metadata={
+            "help": "seconds an update stream may take to send its header, and any other call its request "
+            "(then DEADLINE_EXCEEDED)"
+        },
+    )
+    end_grace: float = field(
+        default=10.0,
+        metadata={
+            "help": "after the run ends, seconds to keep serving until every participant has been told "
+            "(a participant reconnecting late still reads the end and exits 0)"
+        },
     )
     linger: float = field(
         default=3.0,
@@ -98,31 +107,24 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.quorum <= 1.0:
             raise ValueError(f"quorum must be in (0, 1], got {self.quorum}")
-        check_positive("round_timeout", self.round_timeout)
-        check_positive("join_timeout", self.join_timeout)
-        check_positive("header_timeout", self.header_timeout)
-        require(self.max_participants >= 0, "max_participants", "0 or more", self.max_participants)
-        require(
-            math.isfinite(self.quorum_wait) and self.quorum_wait >= 0, "quorum_wait", ">= 0", self.quorum_wait
-        )
-        require(math.isfinite(self.linger) and self.linger >= -1, "linger", "-1 or more seconds", self.linger)
+        for name in ("round_timeout", "join_timeout", "header_timeout"):
+            check_seconds(name, getattr(self, name))
+        check_seconds("quorum_wait", self.quorum_wait, zero=True)
+        check_seconds("end_grace", self.end_grace, zero=True)
+        check_seconds("linger", self.linger, -1, zero=True)
+        check_count("max_participants", self.max_participants, low=0)
         check_port("port", self.port)
         check_port("metrics_port", self.metrics_port, off=True)
         check_port("health_port", self.health_port, off=True)
-        require(self.max_update_bytes >= 1, "max_update_bytes", "at least 1", self.max_update_bytes)
-        require(
-            self.max_samples_per_participant >= 1,
-            "max_samples_per_participant",
-            "at least 1",
-            self.max_samples_per_participant,
-        )
+        check_count("max_update_bytes", self.max_update_bytes, high=INT64_MAX)
+        check_count("max_samples_per_participant", self.max_samples_per_participant, high=INT64_MAX)
         if not MIN_CHUNK_BYTES <= self.max_chunk_bytes <= MAX_CHUNK_BYTES:
             raise ValueError(
                 f"max_chunk_bytes must be between {MIN_CHUNK_BYTES} and {MAX_CHUNK_BYTES} "
                 "(just under the 4 MiB gRPC message limit)"
             )
-        if self.max_tensors < 1 or self.max_streams_per_participant < 1:
-            raise ValueError("max_tensors and max_streams_per_participant must be at least 1")
+        check_count("max_tensors", self.max_tensors)
+        check_count("max_streams_per_participant", self.max_streams_per_participant, high=1024)
         if self.valuation_schedule not in ("pipelined", "inline"):
             raise ValueError(
                 f"valuation_schedule must be pipelined or inline, got {self.valuation_schedule!r}"
@@ -131,17 +133,8 @@ class ServerConfig:
             raise ValueError(
                 f"valuation_precision must be fp32, tf32 or bf16, not {self.valuation_precision!r}"
             )
-        require(
-            self.valuation_backlog_bytes >= 1,
-            "valuation_backlog_bytes",
-            "at least 1",
-            self.valuation_backlog_bytes,
-        )
-        require(self.valuation_threads >= 0, "valuation_threads", "0 or more", self.valuation_threads)
-        if self.max_samples_per_participant < 1:
-            raise ValueError(
-                f"max_samples_per_participant must be at least 1, got {self.max_samples_per_participant}"
-            )
+        check_count("valuation_backlog_bytes", self.valuation_backlog_bytes, high=INT64_MAX)
+        check_count("valuation_threads", self.valuation_threads, low=0, high=4096)
         if self.tls_dir and self.insecure:
             raise ValueError("choose one of --tls-dir and --insecure, not both")
         if not self.tls_dir and not self.insecure:

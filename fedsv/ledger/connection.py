@@ -43,7 +43,8 @@ class LedgerFile:
         try:
             if read_only:
                 self._conn.execute("PRAGMA query_only = ON")
-            else:
+            self._check_file()
+            if not read_only:
                 mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise LedgerError(f"{self.path}: could not switch to WAL journal mode (got {mode})")
@@ -55,6 +56,21 @@ class LedgerFile:
             if isinstance(exc, LedgerError):
                 raise
             raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from exc
+
+    def _check_file(self) -> None:
+        """Refuse, before anything is written to it, a file that is not SQLite, a SQLite file that is
+        not a fedsv ledger, and a damaged ledger (SQLite's integrity check)."""
+        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and "meta" not in tables:
+            raise LedgerError(f"{self.path}: not a fedsv ledger (tables {sorted(tables)})")
+        if not tables:
+            return
+        try:
+            problems = [str(r[0]) for r in self._conn.execute("PRAGMA integrity_check(3)")]
+        except sqlite3.DatabaseError as exc:
+            problems = [str(exc)]
+        if problems != ["ok"]:
+            raise LedgerError(f"{self.path}: the ledger is damaged ({problems[0]}); restore it from a backup")
 
     def _open_schema(self) -> None:
         """Check the schema version; create the schema in a new file, migrate an older one (a writer);

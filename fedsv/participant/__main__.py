@@ -12,6 +12,8 @@ from types import FrameType
 
 import torch
 
+from fedsv.config.checks import check_address, check_count, check_seconds
+from fedsv.config.logs import add_log_level, configure_logging
 from fedsv.fl.device import resolve_device
 from fedsv.fl.ranks import participant_id
 from fedsv.participant.host import RankHost
@@ -95,12 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "themselves are coroutines on one event loop",
     )
     parser.add_argument("--give-up-after", type=float, default=600.0, help="seconds without a coordinator")
-    parser.add_argument("--log-level", default="WARNING")
+    add_log_level(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
     try:
+        check_address("coordinator", args.coordinator)
+        check_count("threads", args.threads, high=4096)
+        check_count("training_threads", args.training_threads, low=0, high=4096)
+        check_seconds("give_up_after", args.give_up_after)
         assignment = resolve_ranks(
             args.rank, args.world_size, args.ranks, ranks_per_process=args.ranks_per_process
         )

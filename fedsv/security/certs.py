@@ -121,16 +121,21 @@ def _issue(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
+MAX_DAYS = 36_500
+"""The longest validity `fedsv certs` writes: a hundred years (X.509 dates end in 9999)."""
+MAX_PARTICIPANTS = 2**31 - 1  # the wire's int32 world size
+
+
 def generate(out: str | Path, participants: int, hosts: list[str] | None = None, days: int = 365) -> RunCerts:
     """Write ca.pem/.key, coordinator.pem/.key, pNNN.pem/.key, pNNN.token and tokens.txt into `out`.
 
     Participant certificates carry the participant id as CN and as a DNS SAN; the coordinator's
     carries localhost, 127.0.0.1, ::1 and `hosts`. Keys and tokens are written 0600.
     """
-    if participants < 1:
-        raise ValueError(f"participants must be at least 1, got {participants}")
-    if days < 1:
-        raise ValueError(f"days must be at least 1, got {days}")
+    if not 1 <= participants <= MAX_PARTICIPANTS:
+        raise ValueError(f"participants must be a whole number in 1..{MAX_PARTICIPANTS}, got {participants}")
+    if not 1 <= days <= MAX_DAYS:
+        raise ValueError(f"days must be a whole number in 1..{MAX_DAYS} (a hundred years), got {days}")
     target = Path(out)
     if target.exists() and not target.is_dir():
         raise ValueError(f"--out {target} is a file; certificates go into a directory")

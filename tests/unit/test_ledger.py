@@ -285,3 +285,26 @@ def test_standard_errors_round_trip_including_unknown(ledger: Ledger) -> None:
         ledger.commit_round(
             bad, [dataclasses.replace(rows[0], fedsv_stderr=-1.0)], traffic, Checkpoint(2, b"p", "{}")
         )
+
+
+def test_a_damaged_ledger_is_refused_by_readers_and_writers_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedsv.app.cli import main as fedsv_main
+
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as opened:
+        opened.ensure_run("run-1", CONFIG)
+        for n in range(1, 30):
+            commit(opened, n, blob=bytes(range(256)) * 40)
+    raw = bytearray(path.read_bytes())
+    page = 4096
+    assert len(raw) > 8 * page
+    raw[5 * page : 6 * page] = b"\xa5" * page  # one page of garbage in the middle of the file
+    path.write_bytes(bytes(raw))
+    for read_only in (False, True):
+        with pytest.raises(LedgerError, match="the ledger is damaged"):
+            Ledger(path, read_only=read_only)
+    assert fedsv_main(["report", str(tmp_path)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "damaged" in err and str(path) in err and "Traceback" not in err
