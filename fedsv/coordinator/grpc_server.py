@@ -8,6 +8,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from fedsv.coordinator.first_message import FirstMessageDeadline
 from fedsv.coordinator.interceptors import MalformedRequests
 from fedsv.coordinator.loop_thread import LoopThread
 from fedsv.coordinator.metrics import CoordinatorMetrics
@@ -31,10 +32,12 @@ MAIN_OPTIONS: list[tuple[str, int | str]] = [
 ]
 
 
-def max_concurrent_rpcs(world_size: int) -> int:
-    """Calls served at once: each participant's task stream and update, a rejoin, and some room.
-    Beyond it gRPC answers RESOURCE_EXHAUSTED instead of queueing without end."""
-    return 3 * world_size + 64
+def streams_per_connection(world_size: int) -> int:
+    """HTTP/2 streams one connection may hold open: every participant's task stream and update (one
+    participant process may play every rank over one connection), and some room. There is no cap on
+    the server's calls in all: each is a coroutine, a stalled one ends at the request deadline
+    (first_message.py), and a global cap let 3N + 64 stalled calls refuse everyone else."""
+    return 2 * world_size + 64
 
 
 class AioServer:
@@ -49,16 +52,11 @@ class AioServer:
         *,
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
         options: Options = BASE_OPTIONS,
-        maximum_concurrent_rpcs: int | None = None,
     ) -> None:
         self._loop = loop
 
         def make() -> tuple[Any, int]:
-            server = grpc.aio.server(
-                interceptors=list(interceptors),
-                options=list(options),
-                maximum_concurrent_rpcs=maximum_concurrent_rpcs,
-            )
+            server = grpc.aio.server(interceptors=list(interceptors), options=list(options))
             for add in services:
                 add(server)
             try:
@@ -94,6 +92,7 @@ class CoordinatorServers:
         credentials: grpc.ServerCredentials | None,
         world_size: int,
         health_address: str | None = None,
+        request_timeout: float = 10.0,
     ) -> None:
         self.loop = LoopThread()
         try:
@@ -105,19 +104,25 @@ class CoordinatorServers:
             def add_coordinator(server: Any) -> None:
                 fedsv_pb2_grpc.add_CoordinatorServicer_to_server(servicer, server)
 
+            deadline = FirstMessageDeadline(metrics, request_timeout)
             self.main = AioServer(
                 self.loop,
                 address,
                 credentials,
                 [add_coordinator, add_health],
-                interceptors=[MalformedRequests(metrics)],  # undecodable requests: INVALID_ARGUMENT
-                options=MAIN_OPTIONS,
-                maximum_concurrent_rpcs=max_concurrent_rpcs(world_size),
+                # a request that never comes: DEADLINE_EXCEEDED; one that does not parse: INVALID_ARGUMENT
+                interceptors=[deadline, MalformedRequests(metrics)],
+                options=[*MAIN_OPTIONS, ("grpc.max_concurrent_streams", streams_per_connection(world_size))],
             )
             self.health_only = None
             if health_address is not None:
                 self.health_only = AioServer(
-                    self.loop, health_address, None, [add_health], maximum_concurrent_rpcs=8
+                    self.loop,
+                    health_address,
+                    None,
+                    [add_health],
+                    interceptors=[deadline],
+                    options=[*BASE_OPTIONS, ("grpc.max_concurrent_streams", 16)],
                 )
         except BaseException:
             self.loop.close()

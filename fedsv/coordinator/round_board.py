@@ -35,6 +35,7 @@ class OpenRound:
     task_payloads: Iterable[bytes]  # fedsv.wire.codec.ChunkPayloads: re-iterable, shared by all streams
     train_seeds: dict[str, int]
     received: dict[str, ReceivedUpdate] = field(default_factory=dict)
+    refused: set[str] = field(default_factory=set)  # selected participants whose update was refused
     closed: bool = False
     chosen: frozenset[str] = field(init=False, repr=False)  # `selected` as a set: O(1) lookups
 
@@ -66,6 +67,7 @@ class RoundBoard:
         self.current: OpenRound | None = None
         self.rounds_completed = 0
         self.end: RunEnd | None = None
+        self.told_end: set[str] = set()  # participants whose task stream carried the run's end
 
     @property
     def finished(self) -> bool:
@@ -113,6 +115,27 @@ class RoundBoard:
                 if not listeners:
                     del self._listeners[pid]
 
+    def wake(self, pids: Iterable[str]) -> None:
+        """Wake these participants' task streams (a stream then re-reads what it has to send)."""
+        with self.cond:
+            self._wake(pids)
+
+    def told(self, pid: str) -> None:
+        """`pid`'s task stream has sent it the run's end."""
+        with self.cond:
+            self.told_end.add(pid)
+            self.cond.notify_all()
+
+    def wait_until_told(self, pids: Iterable[str], deadline: float, stop: threading.Event) -> bool:
+        """Block until every one of `pids` has been told the run's end; False at `deadline` or on `stop`."""
+        waiting = set(pids)
+        with self.cond:
+            while not waiting <= self.told_end:
+                if stop.is_set() or time.time() >= deadline:
+                    return False
+                self.cond.wait(timeout=0.25)
+        return True
+
     def _wake(self, pids: Iterable[str]) -> None:
         for pid in pids:
             for wake in self._listeners.get(pid, ()):
@@ -154,6 +177,10 @@ class RoundBoard:
                     "duplicate",
                     f"{info.participant_id} already submitted for round {round_number}",
                 )
+            if info.participant_id in current.refused:
+                raise Rejected(
+                    "already_refused", f"{info.participant_id}'s update for round {round_number} was refused"
+                )
             if num_samples <= 0:
                 raise Rejected("bad_header", f"num_samples must be positive, got {num_samples}")
             if num_samples != info.num_samples:
@@ -183,10 +210,22 @@ class RoundBoard:
             )
             self.cond.notify_all()
 
+    def refuse_update(self, info: ParticipantInfo, round_number: int) -> None:
+        """`info`'s update for the open round was refused for what it held (not finite, malformed, ...):
+        the round waits for it no longer, and no second update of it is taken this round."""
+        with self.cond:
+            current = self.current
+            if current is None or current.round != round_number or current.closed:
+                return
+            if info.participant_id in current.chosen and info.participant_id not in current.received:
+                current.refused.add(info.participant_id)
+                self.cond.notify_all()
+
     def wait_for_updates(
         self, opened: OpenRound, need: int, hard_deadline: float, stop: threading.Event
     ) -> bool:
-        """Block until every selected participant reported, or the round's deadline passed with `need`.
+        """Block until every selected participant reported (or had its update refused), or the round's
+        deadline passed with `need`.
 
         False when `hard_deadline` passes short of `need` updates, or on `stop`.
         """
@@ -196,6 +235,8 @@ class RoundBoard:
                 now = time.time()
                 if got == len(opened.selected) or (now > opened.deadline and got >= need):
                     return True
+                if got + len(opened.refused) == len(opened.selected):  # nothing more can come
+                    return got >= need
                 if now > hard_deadline:
                     return False
                 self.cond.wait(timeout=0.2)

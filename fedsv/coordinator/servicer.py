@@ -13,7 +13,7 @@ from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.sessions import Rejected
 from fedsv.coordinator.task_stream import task_events
 from fedsv.coordinator.update_stream import UpdateLimits, UpdateReceiver
-from fedsv.security.log_safety import shown
+from fedsv.security.log_safety import RateLimitedLog, shown
 from fedsv.security.tls import peer_identity
 from fedsv.wire.codec import TensorSpecs
 from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc
@@ -39,6 +39,8 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
         self.state = state
         self.run_spec = run_spec
         self.calls = Calls(state, metrics)
+        # Joins are logged as refusals are: a start logs each rank's once, a flood of Joins a summary.
+        self._joins = RateLimitedLog(logger, burst=state.sessions.world_size + 10)
         self.updates = UpdateReceiver(self.calls, model_spec, limits)
 
     async def Join(
@@ -58,12 +60,18 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
             )
         except Rejected as exc:
             await self.calls.refuse(context, exc.reason, str(exc))
+        self.state.board.wake([info.participant_id])  # a stream of the session it replaced ends
         reply = fedsv_pb2.JoinReply(
             participant_id=info.participant_id, session_token=info.token, run=self.run_spec(info.rank)
         )
         self.calls.count(number, "Join", "down", reply)
-        logger.info(
-            "rank %d joined as %s from %s", request.rank, info.participant_id, shown(request.host or "?")
+        self._joins.log(
+            logging.INFO,
+            "joined",
+            "rank %d joined as %s from %s",
+            request.rank,
+            info.participant_id,
+            shown(request.host or "?"),
         )
         return reply
 
@@ -77,7 +85,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
             self.state.sessions.open_call(info, "Subscribe")
         except Rejected as exc:
             await self.calls.refuse(context, exc.reason, str(exc))
-        events = task_events(self.calls, info.participant_id)
+        events = task_events(self.calls, info.participant_id, info.token)
         try:
             async for event in events:
                 yield event

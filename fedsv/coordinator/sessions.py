@@ -121,14 +121,26 @@ class Sessions:
             raise Rejected("wrong_identity", f"the certificate of {peer!r} cannot act as {pid}")
 
     def authenticate(self, pid: str, token: str, peer: str | None = None) -> ParticipantInfo:
+        """The session `token` names; an unknown participant and a wrong token get the same answer
+        (UNAUTHENTICATED, one message), so a stranger cannot learn which ids have joined."""
         self.check_peer(pid, peer)
         with self.cond:
             info = self.participants.get(pid)
-        if info is None:
-            raise Rejected("unknown_participant", f"participant {pid!r} has not joined this run")
-        if not same_secret(token, info.token):
-            raise Rejected("bad_token", f"session token of {pid} is not valid")
+        if info is None or not same_secret(token, info.token):
+            reason = "unknown_participant" if info is None else "bad_token"
+            raise Rejected(reason, f"no valid session for {pid!r}: join (again)")
         return info
+
+    def is_current(self, pid: str, token: str) -> bool:
+        """True while `token` is `pid`'s session (no later Join replaced it)."""
+        with self.cond:
+            info = self.participants.get(pid)
+        return info is not None and same_secret(token, info.token)
+
+    def declared_counts(self) -> list[int]:
+        """The sample counts the joined participants declared (those that declared one)."""
+        with self.cond:
+            return [info.num_samples for info in self.participants.values() if info.num_samples > 0]
 
     def joined(self) -> int:
         with self.cond:

@@ -13,7 +13,7 @@ STATUS_OF_REASON: dict[str, grpc.StatusCode] = {
     "no_credential": grpc.StatusCode.UNAUTHENTICATED,  # an update naming no sender (update_stream)
     "wrong_identity": grpc.StatusCode.PERMISSION_DENIED,
     "sender_mismatch": grpc.StatusCode.PERMISSION_DENIED,  # a header speaking for another sender
-    "unknown_participant": grpc.StatusCode.NOT_FOUND,
+    "unknown_participant": grpc.StatusCode.UNAUTHENTICATED,  # as a bad token: no id list for strangers
     "wrong_world_size": grpc.StatusCode.FAILED_PRECONDITION,
     "bad_rank": grpc.StatusCode.INVALID_ARGUMENT,
     "too_many_streams": grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -23,12 +23,14 @@ STATUS_OF_REASON: dict[str, grpc.StatusCode] = {
     "round_closed": grpc.StatusCode.FAILED_PRECONDITION,
     "not_selected": grpc.StatusCode.PERMISSION_DENIED,
     "duplicate": grpc.StatusCode.ALREADY_EXISTS,
+    "already_refused": grpc.StatusCode.FAILED_PRECONDITION,  # its update this round was refused
     # how many samples it has (declared at Join, FedAvg's weight)
     "bad_sample_count": grpc.StatusCode.INVALID_ARGUMENT,
     "undeclared_samples": grpc.StatusCode.FAILED_PRECONDITION,
     "sample_count_mismatch": grpc.StatusCode.INVALID_ARGUMENT,
     # what it sends (the header, and the wire codec's WireError reasons)
     "header_timeout": grpc.StatusCode.DEADLINE_EXCEEDED,  # no header within --header-timeout
+    "request_timeout": grpc.StatusCode.DEADLINE_EXCEEDED,  # no unary request within it (first_message)
     "bad_header": grpc.StatusCode.INVALID_ARGUMENT,
     "unexpected_tensors": grpc.StatusCode.INVALID_ARGUMENT,
     "too_large": grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -14,9 +14,13 @@ from fedsv.wire.v1 import fedsv_pb2
 RPC = "Subscribe"
 
 
-async def task_events(calls: Calls, participant: str) -> AsyncGenerator[fedsv_pb2.ServerEvent, None]:
-    """The events of `participant`'s task stream: each round's task (w_t in chunks) it is selected in,
-    then the run's end.
+async def task_events(
+    calls: Calls, participant: str, token: str
+) -> AsyncGenerator[fedsv_pb2.ServerEvent, None]:
+    """The events of `participant`'s task stream under its session `token`: each round's task (w_t in
+    chunks) it is selected in, then the run's end. The stream ends early, without the run's end, once
+    a newer Join replaced the session: its participant then joins again (a displaced participant
+    comes back with a new session instead of holding a stream whose updates are all refused).
 
     Between rounds the stream costs nothing: it waits on an asyncio event that RunState's callback
     sets (from the round loop's thread, through the event loop) only when this participant is
@@ -31,6 +35,8 @@ async def task_events(calls: Calls, participant: str) -> AsyncGenerator[fedsv_pb
         sent_round = 0
         while True:
             news.clear()  # before polling: a wake-up after the poll sets it again
+            if not calls.state.sessions.is_current(participant, token):
+                return
             now = board.poll(participant, sent_round)
             if now.task is not None:
                 sent_round = now.task.round
@@ -42,6 +48,7 @@ async def task_events(calls: Calls, participant: str) -> AsyncGenerator[fedsv_pb
                 event = fedsv_pb2.ServerEvent(end=end)
                 calls.count(now.rounds_completed, RPC, "down", event)
                 yield event
+                board.told(participant)
                 return
             else:
                 await news.wait()

@@ -133,17 +133,23 @@ class UpdateReceiver:
     ) -> None:
         """Check the update's header, then read, check and hand over its chunks (raises on any fault)."""
         self.state.board.check_update(info, header.round, header.num_samples)
-        assembler = TensorSetAssembler(
-            header.delta,
-            max_total_bytes=self.limits.max_update_bytes,
-            max_chunk_bytes=self.limits.max_chunk_bytes,
-            expected=self.model_spec,
-            max_tensors=self.limits.max_tensors,
-        )
-        async for message in requests:
-            self.calls.count(self.state.board.current_round_number(), RPC, "up", message)
-            if message.WhichOneof("kind") != "chunk":
-                raise WireError("bad_chunk", "only chunks may follow the update header")
-            assembler.add(message.chunk)
-        delta = assembler.finish(require_finite=True)
+        try:
+            assembler = TensorSetAssembler(
+                header.delta,
+                max_total_bytes=self.limits.max_update_bytes,
+                max_chunk_bytes=self.limits.max_chunk_bytes,
+                expected=self.model_spec,
+                max_tensors=self.limits.max_tensors,
+            )
+            async for message in requests:
+                self.calls.count(self.state.board.current_round_number(), RPC, "up", message)
+                if message.WhichOneof("kind") != "chunk":
+                    raise WireError("bad_chunk", "only chunks may follow the update header")
+                assembler.add(message.chunk)
+            delta = assembler.finish(require_finite=True)
+        except WireError:
+            # What it sent cannot be aggregated: the round stops waiting for it (a non-finite update
+            # no longer holds its round until the deadline).
+            self.state.board.refuse_update(info, header.round)
+            raise
         self.state.board.accept_update(info, header.round, delta, header.num_samples, header.train_seconds)
