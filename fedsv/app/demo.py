@@ -15,9 +15,10 @@ from fedsv.data.corruptions import parse_corruption
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import EvalSet, evaluate
 from fedsv.fl.ranks import participant_id
+from fedsv.fl.referee import ValidationReferee
 from fedsv.fl.selection import select_ranks, train_seed
 from fedsv.fl.state import params_of
-from fedsv.fl.update_bounds import bound_updates
+from fedsv.fl.update_guard import GuardMemory, guard_updates
 from fedsv.fl.updates import ClientUpdate
 from fedsv.task.interface import TrainContext
 from fedsv.task.sources import evaluation_samples, rank_samples, rank_source
@@ -93,6 +94,8 @@ def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
     validation = EvalSet(validation_samples.x, validation_samples.y)
     test = evaluation_samples(task, config.test_source, "test", settings) if config.test_source else None
     schedule = config.schedule()
+    declared = [c.declared(len(s)) if c is not None else len(s) for s, c in ranks]
+    memory = GuardMemory()
     rng = np.random.default_rng(config.seed)
     game = GameSettings(metric=task.metric, aggregation=config.aggregation_rule())
     for t in range(1, config.rounds + 1):
@@ -105,8 +108,10 @@ def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
                 batch_size=config.batch_size, lr=config.lr,
             )  # fmt: skip
             delta = task.local_update(model, global_params, samples, context, corruption)
-            updates.append(ClientUpdate(participant_id(r), delta, len(samples)))
-        updates = bound_updates(updates, config.norm_bound()).updates  # as the coordinator does
+            updates.append(ClientUpdate(participant_id(r), delta, declared[r]))
+        referee = ValidationReferee(model, global_params, validation)
+        guarded = guard_updates(updates, config.norm_bound(), config.guard(), memory, declared, referee)
+        updates = guarded.updates  # as the coordinator screens them
         if not updates:
             raise ValueError(f"every update of round {t} was over update_norm_bound")
         trained = TrainedRound(t, global_params, updates, model, validation, game)

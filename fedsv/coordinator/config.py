@@ -6,13 +6,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fedsv.config.checks import check_positive, require
+from fedsv.config.checks import MAX_SEED, check_count, check_positive, require
 from fedsv.data.corruptions import parse_corruption
 from fedsv.data.registry import VALIDATION_FROM
 from fedsv.data.shards import Holdout
 from fedsv.fl.aggregation import AggregationRule
 from fedsv.fl.ranks import parse_ranks
 from fedsv.fl.update_bounds import POLICIES, NormBound
+from fedsv.fl.update_guard import GuardSettings
 from fedsv.task.interface import METRICS, LoadedTask
 from fedsv.task.sources import SimulationSettings, run_task
 from fedsv.valuation import ValuationSpec
@@ -20,6 +21,11 @@ from fedsv.valuation.methods import METHODS
 
 VALUATION_METHODS = (*(m for m in METHODS if m != "random"), "none")
 """What a run may value with: any method but the random baseline (a study's reference), or none."""
+
+
+UNGUARDED: dict[str, Any] = {"update_count_multiple": 0.0, "update_direction": False, "update_norm_history": 0}
+"""The settings that turn the update guard (fedsv.fl.update_guard) off: FedAvg over the declared counts,
+the norm bound over the round's own norms, no direction check (the paper's studies run so)."""
 
 
 DEFAULT_TARGET_STDERR = 0.002
@@ -122,7 +128,7 @@ class RunConfig:
         default=0, metadata={"help": "multi_krum: updates averaged (0 = selected - f)"}
     )
     update_norm_policy: str = field(
-        default="clip",
+        default="reject",
         metadata={"help": f"an update whose L2 norm is over the bound: {'|'.join(POLICIES)}"},
     )
     update_norm_bound: float = field(
@@ -131,6 +137,24 @@ class RunConfig:
     )
     update_norm_multiple: float = field(
         default=2.0, metadata={"help": "the adaptive bound, as a multiple of the round's median norm"}
+    )
+    update_count_multiple: float = field(
+        default=3.0,
+        metadata={
+            "help": "a FedAvg weight is at most this x the federation's median declared sample count "
+            "(0 = off)"
+        },
+    )
+    update_direction: bool = field(
+        default=True,
+        metadata={
+            "help": "turn away an update that points against the validation loss's descent and the round's "
+            "other updates (further than any accepted so far) when the round's FedAvg is better without it"
+        },
+    )
+    update_norm_history: int = field(
+        default=3,
+        metadata={"help": "past rounds whose accepted update norms join the adaptive bound's median"},
     )
     corrupt: str = field(
         default="", metadata={"help": "per-rank corruptions, e.g. '0-3=flip:0.1;7=backdoor'"}
@@ -141,20 +165,16 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.participants < 1:
-            raise ValueError(f"participants must be at least 1, got {self.participants}")
+        # counts within the wire's int32 fields, so no setting fails at run time after it is recorded
+        for name in ("participants", "rounds", "epochs", "batch_size", "validation_size"):
+            check_count(name, getattr(self, name))
+        check_count("test_size", self.test_size, low=0)
         if not 0.0 < self.fraction <= 1.0:
             raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
-        if self.rounds < 1:
-            raise ValueError(f"rounds must be at least 1, got {self.rounds}")
-        require(self.epochs >= 1, "epochs", "at least 1", self.epochs)
-        require(self.batch_size >= 1, "batch_size", "at least 1", self.batch_size)
         check_positive("lr", self.lr)
-        require(self.validation_size >= 1, "validation_size", "at least 1", self.validation_size)
         require(
             self.validation_from in VALIDATION_FROM, "validation_from", "train or test", self.validation_from
         )
-        require(self.test_size >= 0, "test_size", "0 (all) or a positive count", self.test_size)
         require(self.metric in METRICS, "metric", " or ".join(METRICS), self.metric)
         if self.task.strip():
             require(self.metric == "accuracy", "metric", "left out with --task (the task sets its own)",
@@ -163,7 +183,7 @@ class RunConfig:
             rule = "train for the embedded sample (it has no separate test files)"
             require(self.validation_from == "train", "validation_from", rule, self.validation_from)
             require(self.test_size >= 1, "test_size", "at least 1 for the embedded sample", self.test_size)
-        require(self.seed >= 0, "seed", "a non-negative integer", self.seed)
+        check_count("seed", self.seed, low=0, high=MAX_SEED)
         if self.valuation not in VALUATION_METHODS:
             raise ValueError(f"valuation must be one of {list(VALUATION_METHODS)}, got {self.valuation!r}")
         if self.valuation_budget != 0 and self.valuation_budget < 2:
@@ -181,7 +201,22 @@ class RunConfig:
             self.valuation_max_evaluations,
         )
         self.norm_bound()  # validates the update bound
-        self.aggregation_rule()  # validates the aggregation
+        self.guard()  # validates the weight cap, the direction check and the norms' memory
+        aggregation = self.aggregation_rule()  # validates the aggregation
+        if aggregation.selects:  # Krum's guarantee needs n >= 2f + 3 of the selected (Blanchard et al. 2017)
+            most = (self.selected_per_round - 3) // 2
+            require(
+                self.aggregation_byzantine <= max(0, most),
+                "aggregation_byzantine",
+                f"at most {max(0, most)} with {self.selected_per_round} selected per round (n >= 2f + 3)",
+                self.aggregation_byzantine,
+            )
+            require(
+                self.aggregation_keep <= self.selected_per_round,
+                "aggregation_keep",
+                f"at most the {self.selected_per_round} selected per round",
+                self.aggregation_keep,
+            )
         self.valuation_spec(1)  # validates eps, delta and the budgets now, not in round 1
         self.corruptions()  # validates the spec
         self.schedule()  # validates the selection
@@ -260,6 +295,10 @@ class RunConfig:
     def norm_bound(self) -> NormBound:
         """How the round's updates are bounded before aggregation and valuation."""
         return NormBound(self.update_norm_policy, self.update_norm_bound, self.update_norm_multiple)
+
+    def guard(self) -> GuardSettings:
+        """How the round's updates are screened before aggregation (weights, norms' memory, direction)."""
+        return GuardSettings(self.update_count_multiple, self.update_direction, self.update_norm_history)
 
     def valuation_spec(self, round_number: int) -> ValuationSpec | None:
         """How round `round_number` is valued (seeded per round); None when valuation is off."""

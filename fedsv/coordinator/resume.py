@@ -11,6 +11,7 @@ from torch import Tensor
 
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.pending import PendingRound, PendingStore
+from fedsv.fl.update_guard import GuardMemory
 from fedsv.ledger import Ledger, decode_params, federated_valuation
 from fedsv.valuation import FederatedValuation
 
@@ -20,13 +21,15 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RunProgress:
     """What the round loop starts from: w_t, the selection RNG's state (None: fresh from the seed), the
-    rounds completed, every value so far, and the committed rounds whose values are still to come."""
+    rounds completed, every value so far, the committed rounds whose values are still to come, and
+    what the update guard remembers."""
 
     params: dict[str, Tensor]
     rng_state: dict[str, Any] | None = None
     completed: int = 0
     accounting: FederatedValuation = field(default_factory=FederatedValuation)
     backlog: list[PendingRound] = field(default_factory=list)
+    guard: GuardMemory = field(default_factory=GuardMemory)
 
 
 def resume(
@@ -53,6 +56,7 @@ def resume(
         checkpoint.round,
         accounting,
         [store.load(number) for number in pending],
+        GuardMemory.from_json(json.loads(checkpoint.extra).get("guard", {})),
     )
     logger.info(
         "resumed after round %d from the ledger's checkpoint; %d rounds await their values",

@@ -73,7 +73,7 @@ class RoundCommitter:
         self.ledger, self.store, self.metrics = ledger, store, metrics
         self.traffic, self.accounting = traffic, accounting
 
-    def commit(self, result: RoundResult, rng_state: str) -> RoundRecord:
+    def commit(self, result: RoundResult, rng_state: str, extra: str = "{}") -> RoundRecord:
         """Write the round, its values (unless pending), traffic, updates and checkpoint (w_{t+1} and
         the selection RNG's state after the round) in one transaction; export it to the metrics."""
         closed, values = result.closed, result.values
@@ -105,7 +105,7 @@ class RoundCommitter:
         ]
         if result.pending is not None:
             self.store.save(result.pending)
-        checkpoint = Checkpoint(number, encode_params(result.params), rng_state)
+        checkpoint = Checkpoint(number, encode_params(result.params), rng_state, extra)
         rows, classes = ([], []) if values is None else (value_rows(values), class_rows(values))
         self.ledger.commit_round(record, rows, traffic_rows, checkpoint, updates, classes)
         if values is None:

@@ -24,8 +24,9 @@ from fedsv.coordinator.valuation_worker import ValuationWorker
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import evaluate
 from fedsv.fl.ranks import participant_id
+from fedsv.fl.referee import ValidationReferee
 from fedsv.fl.selection import select_ranks, train_seed
-from fedsv.fl.update_bounds import bound_updates
+from fedsv.fl.update_guard import guard_updates
 from fedsv.fl.updates import ClientUpdate
 from fedsv.ledger import TestScore
 from fedsv.valuation.round_valuation import GameSettings
@@ -66,6 +67,7 @@ class RoundLoop:
         if progress.rng_state is not None:
             self.rng.bit_generator.state = progress.rng_state
         self.schedule = run.schedule()
+        self.guard = progress.guard
 
     def run(self) -> RunEnd:
         """Run the remaining rounds. With pipelined valuation the run is finished once every round also
@@ -146,7 +148,8 @@ class RoundLoop:
         if not updates:
             return RunEnd(EndKind.ALL_OVER_BOUND, f"every update of round {number} was over the norm bound")
         result = self._step(closed, updates, clock, opened.task_header.total_bytes)
-        self.committer.commit(result, json.dumps(self.rng.bit_generator.state))
+        extra = json.dumps({"guard": self.guard.to_json()})
+        self.committer.commit(result, json.dumps(self.rng.bit_generator.state), extra)
         if result.pending is not None and self.worker is not None:
             self.worker.submit(number)
         self.params, self.completed = result.params, number
@@ -186,13 +189,28 @@ class RoundLoop:
         )
 
     def _bounded(self, closed: OpenRound) -> list[ClientUpdate]:
-        """The round's updates after the norm bound; a rejected one no longer counts as received."""
-        bounded = bound_updates(list(closed.received.values()), self.run_config.norm_bound())
-        for pid in bounded.rejected:
+        """The round's updates after the guard (update_guard: weights capped, the norm bound, the
+        direction check); an update turned away no longer counts as received."""
+        run = self.run_config
+        referee = ValidationReferee(self.inputs.model, self.params, self.inputs.validation)
+        guarded = guard_updates(
+            list(closed.received.values()),
+            run.norm_bound(),
+            run.guard(),
+            self.guard,
+            self.state.sessions.declared_counts(),
+            referee,
+        )
+        bounded = guarded.bounded
+        for pid in [*bounded.rejected, *guarded.turned_away]:
             del closed.received[pid]
-        actions = [(p, "norm_clipped") for p in bounded.clipped]
-        actions += [(p, "norm_rejected") for p in bounded.rejected]
-        for pid, reason in actions:
+        for pid, declared in guarded.capped.items():
+            self.metrics.reject("weight_capped")
+            logger.warning(
+                "round %d: %s declared %d samples; its FedAvg weight is capped", closed.round, pid, declared
+            )
+        for pid in [*bounded.clipped, *bounded.rejected]:
+            reason = "norm_clipped" if pid in bounded.clipped else "norm_rejected"
             self.metrics.reject(reason)
             logger.warning(
                 "round %d: %s's update has norm %.4g, over the bound %.4g: %s",
@@ -202,7 +220,16 @@ class RoundLoop:
                 bounded.bound,
                 "clipped" if reason == "norm_clipped" else "rejected",
             )
-        return bounded.updates
+        for pid, cosine in guarded.turned_away.items():
+            self.metrics.reject("direction_rejected")
+            logger.warning(
+                "round %d: %s's update works against the validation set (cosine %.3f with its descent) "
+                "and the round is better without it: rejected",
+                closed.round,
+                pid,
+                cosine,
+            )
+        return guarded.updates
 
 
 __all__ = ["RoundLoop"]

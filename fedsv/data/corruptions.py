@@ -164,16 +164,30 @@ class Corruption:
     backdoor: PixelBackdoor | None = None
     delta_scale: float = 1.0  # model poisoning: the participant sends its delta times this
     flip_own_classes: bool = False  # flipped labels go to another of the participant's own classes
+    declared_samples: int = 0  # a lie about its sample count (FedAvg's weight); 0: the true count
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.label_flip_ratio <= 1.0:
             raise ValueError(f"label_flip_ratio must lie in [0, 1], got {self.label_flip_ratio}")
         if not math.isfinite(self.delta_scale):
             raise ValueError(f"delta_scale must be a finite number, got {self.delta_scale}")
+        if not 0 <= self.declared_samples <= 2**63 - 1:
+            raise ValueError(
+                f"declared_samples must be 0 (the true count) or positive, got {self.declared_samples}"
+            )
 
     @property
     def is_clean(self) -> bool:
-        return self.label_flip_ratio == 0.0 and self.backdoor is None and self.delta_scale == 1.0
+        return (
+            self.label_flip_ratio == 0.0
+            and self.backdoor is None
+            and self.delta_scale == 1.0
+            and self.declared_samples == 0
+        )
+
+    def declared(self, true_count: int) -> int:
+        """The sample count the participant declares at Join and in its updates."""
+        return self.declared_samples or true_count
 
     def scale_delta(self, delta: dict[str, Tensor]) -> dict[str, Tensor]:
         """The delta the participant sends: its real one times delta_scale (floating tensors)."""
@@ -212,6 +226,8 @@ class Corruption:
             parts.append("backdoor" + (":" + ",".join(opts) if opts else ""))
         if self.delta_scale != 1.0:
             parts.append(f"scale:{self.delta_scale:g}")
+        if self.declared_samples:
+            parts.append(f"count:{self.declared_samples}")
         return "+".join(parts) or "none"
 
 
@@ -238,7 +254,8 @@ def _parse_backdoor(options: str, spec: str) -> PixelBackdoor:
 def parse_corruption(spec: str) -> Corruption:
     """Read a CLI corruption spec: "none", "flip:0.1", "flip:0.1:own" (flipped to the participant's own
     classes), "backdoor", "backdoor:target=7[,per_batch=20,batch_size=64]", "scale:10" (the update
-    boosted), or several joined with "+" ("flip:0.2+backdoor")."""
+    boosted), "count:10000000" (a false sample count declared), or several joined with "+"
+    ("flip:0.2+backdoor", "scale:-1+count:10000000")."""
     text = spec.strip().lower()
     if text in ("", "none", "clean"):
         return Corruption()
@@ -246,6 +263,7 @@ def parse_corruption(spec: str) -> Corruption:
     own = False
     backdoor: PixelBackdoor | None = None
     factor = 1.0
+    declared = 0
     for part in text.split("+"):
         kind, _, arg = part.strip().partition(":")
         if kind == "flip":
@@ -271,9 +289,21 @@ def parse_corruption(spec: str) -> Corruption:
                 raise ValueError(f"bad corruption {spec!r}: scale needs a number, e.g. scale:1e6") from None
             if not math.isfinite(factor):
                 raise ValueError(f"bad corruption {spec!r}: scale must be finite")
+        elif kind == "count":
+            if not arg.isdigit() or not 1 <= int(arg) <= 2**63 - 1:
+                raise ValueError(
+                    f"bad corruption {spec!r}: count needs a positive whole number, e.g. count:10000000"
+                )
+            declared = int(arg)
         else:
             raise ValueError(
-                f"unknown corruption {spec!r}; use none, flip:RATIO[:own], backdoor, backdoor:target=LABEL "
-                "or scale:FACTOR"
+                f"unknown corruption {spec!r}; use none, flip:RATIO[:own], backdoor, backdoor:target=LABEL, "
+                "scale:FACTOR or count:SAMPLES"
             )
-    return Corruption(label_flip_ratio=ratio, backdoor=backdoor, delta_scale=factor, flip_own_classes=own)
+    return Corruption(
+        label_flip_ratio=ratio,
+        backdoor=backdoor,
+        delta_scale=factor,
+        flip_own_classes=own,
+        declared_samples=declared,
+    )

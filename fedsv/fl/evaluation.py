@@ -77,3 +77,31 @@ def evaluate(
     accuracy = (logits.argmax(dim=1) == yt).double().mean().item()
     loss = F.cross_entropy(logits.double(), yt).item()
     return float(accuracy), float(loss)
+
+
+def validation_descent(
+    model: nn.Module, params: Mapping[str, Tensor], validation: EvalSet, batch_size: int = 1000
+) -> dict[str, Tensor]:
+    """-grad of the mean cross-entropy on `validation` at `params`, per trainable parameter (eval mode:
+    running statistics, no dropout); the model's own weights and mode are untouched."""
+    xt, yt = to_tensors(validation.x, validation.y)
+    device = model_device(model)
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    leaves = {
+        name: t.detach().to(device).requires_grad_(name in trainable and t.is_floating_point())
+        for name, t in params.items()
+    }
+    was_training = model.training
+    model.eval()
+    try:
+        for lo in range(0, len(yt), batch_size):
+            xb, yb = xt[lo : lo + batch_size].to(device), yt[lo : lo + batch_size].to(device)
+            logits = functional_call(model, leaves, (xb,))
+            (F.cross_entropy(logits.double(), yb, reduction="sum") / len(yt)).backward()
+    finally:
+        model.train(was_training)
+    return {
+        name: -leaf.grad.detach() if leaf.grad is not None else torch.zeros_like(leaf)
+        for name, leaf in leaves.items()
+        if leaf.requires_grad
+    }

@@ -18,11 +18,13 @@ POLICIES = ("clip", "reject", "none")
 class NormBound:
     """How updates are bounded.
 
-    policy: "clip" scales an update down to the bound (a linear change, so the round's game keeps its
-        fast path), "reject" drops it from aggregation and valuation, "none" accepts any finite update.
+    policy: "reject" (the runtime's default) drops an update over the bound from aggregation and
+        valuation; "clip" scales it down to the bound (a linear change, so the round's game keeps its
+        fast path; it still weighs `multiple` times an ordinary update); "none" accepts any finite
+        update.
     bound: an absolute bound on the L2 norm of an update (over all its tensors); 0 means adaptive:
-        `multiple` times the median norm of the round's updates, which a minority of participants
-        cannot move.
+        `multiple` times the typical norm (typical_norm: the median of the round's norms and those
+        accepted in recent rounds), which a minority of participants cannot move.
     """
 
     policy: str = "clip"
@@ -59,26 +61,37 @@ def update_norm(delta: Mapping[str, Tensor]) -> float:
     return math.hypot(*norms)
 
 
+def typical_norm(norms: Sequence[float]) -> float:
+    """The norm an honest update of the round is taken to have: the median of three or more norms;
+    with fewer there is no majority to take a median of, and the smaller sets it."""
+    ordered = sorted(norms)
+    if len(ordered) < 3:
+        return ordered[0] if ordered else 0.0
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
+
+
 def round_bound(norms: Sequence[float], rule: NormBound) -> float:
     """The bound for a round whose updates have these norms (inf when the policy is "none")."""
     if rule.policy == "none":
         return math.inf
     if rule.bound > 0:
         return rule.bound
-    ordered = sorted(norms)
-    middle = len(ordered) // 2
-    median = ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
-    return rule.multiple * median if median > 0 else math.inf
+    typical = typical_norm(norms)
+    return rule.multiple * typical if typical > 0 else math.inf
 
 
-def bound_updates(updates: Sequence[ClientUpdate], rule: NormBound) -> BoundedUpdates:
+def bound_updates(
+    updates: Sequence[ClientUpdate], rule: NormBound, history: Sequence[float] = ()
+) -> BoundedUpdates:
     """Apply `rule` to a round's updates; the result keeps the updates' order.
 
-    With "reject", at least the updates at or below the median norm remain under an adaptive bound;
-    an absolute bound may reject all, and the caller then has no update to aggregate.
+    An adaptive bound takes its median over the round's norms and `history` (norms accepted in
+    earlier rounds), so that in a round of one or two updates no single update sets its own bound.
+    With "reject", an absolute bound may reject all, and the caller then has no update to aggregate.
     """
     norms = {u.participant: update_norm(u.delta) for u in updates}
-    bound = round_bound(list(norms.values()), rule)
+    bound = round_bound([*norms.values(), *history], rule)
     kept: list[ClientUpdate] = []
     clipped: list[str] = []
     rejected: list[str] = []

@@ -16,6 +16,7 @@ class Checkpoint:
     round: int
     global_params: bytes
     rng_state: str
+    extra: str = "{}"  # JSON: what else the round loop carries across rounds (the update guard's memory)
 
 
 def encode_params(params: dict[str, Tensor]) -> bytes:

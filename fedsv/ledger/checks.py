@@ -46,6 +46,8 @@ def check_commit(
             raise LedgerError(f"round {n}: bad traffic row {t} (direction up/down, int bytes/messages >= 0)")
     if not isinstance(checkpoint.global_params, bytes) or not isinstance(checkpoint.rng_state, str):
         raise LedgerError(f"round {n}: the checkpoint needs bytes global_params and str rng_state")
+    if not isinstance(checkpoint.extra, str):
+        raise LedgerError(f"round {n}: the checkpoint's extra must be a JSON string")
 
 
 def check_updates(record: RoundRecord, updates: Sequence[UpdateRow]) -> None:

@@ -113,13 +113,13 @@ class Ledger(LedgerFile):
     def _save_checkpoint(self, conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
         """Replace the one checkpoint row: the last write of a round's transaction."""
         conn.execute(
-            "INSERT OR REPLACE INTO checkpoint VALUES (1, ?, ?, ?, '{}')",
-            (checkpoint.round, checkpoint.global_params, checkpoint.rng_state),
+            "INSERT OR REPLACE INTO checkpoint VALUES (1, ?, ?, ?, ?)",
+            (checkpoint.round, checkpoint.global_params, checkpoint.rng_state, checkpoint.extra),
         )
 
     def last_checkpoint(self) -> Checkpoint | None:
-        rows = self._query("SELECT round, global_params, rng_state FROM checkpoint WHERE id = 1")
-        return Checkpoint(rows[0][0], bytes(rows[0][1]), rows[0][2]) if rows else None
+        rows = self._query("SELECT round, global_params, rng_state, extra FROM checkpoint WHERE id = 1")
+        return Checkpoint(rows[0][0], bytes(rows[0][1]), rows[0][2], rows[0][3]) if rows else None
 
     def rounds(self) -> list[RoundRecord]:
         return self._records("")

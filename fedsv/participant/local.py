@@ -11,6 +11,7 @@ from fedsv.data.corruptions import Corruption
 from fedsv.data.shards import Holdout, is_simulated
 from fedsv.data.sources import Samples, read_data
 from fedsv.fl.device import resolve_device
+from fedsv.task.fit import check_fits
 from fedsv.task.interface import LoadedTask, TaskError, TrainContext
 from fedsv.task.sources import SimulationSettings, rank_samples, rank_source, run_task
 from fedsv.wire.v1 import fedsv_pb2
@@ -41,9 +42,11 @@ def preload(settings: LocalSettings, task: LoadedTask | None, rank: int) -> Samp
     source = rank_source(settings.data, rank, dataset="")
     if is_simulated(source):
         return None
-    if task is None:  # the built-in tasks read the standard sources
+    if task is None:  # the built-in tasks read the standard sources (the model is known after Join)
         return read_data(source)
-    return task.local_data(source)
+    samples = task.local_data(source)
+    check_fits(task.build_model(0), samples, "training")  # before Join: a file the model cannot take
+    return samples
 
 
 def _keeps_state(model: nn.Module) -> bool:
@@ -96,10 +99,18 @@ class LocalRank:
                 raise TaskError(f"the run corrupts rank {rank}, which applies to simulated data only")
             local = cls(rank, loaded, samples, corruption, spec.seed, settings.device)
             model = local._build()  # a model the task cannot build: an error now, not in round 1
+            check_fits(model, samples, "training")  # features or labels the model cannot take: now too
         except (TaskError, ValueError) as exc:
             raise LocalSetupError(str(exc)) from exc
         local.model = model if _keeps_state(model) else None
         return local
+
+    @property
+    def declared_samples(self) -> int:
+        """The sample count this rank declares (FedAvg's weight): its true count, unless a simulated
+        attack (corruption count:N) declares another."""
+        true_count = len(self.samples)
+        return self.corruption.declared(true_count) if self.corruption is not None else true_count
 
     def _build(self) -> nn.Module:
         return self.task.build_model(self.seed).to(resolve_device(self.device))

@@ -103,6 +103,10 @@ class RankWorker:
                     last_contact = time.time()
                     backoff.reset()
                 if time.time() - last_contact > self.give_up_after:
+                    logger.error(
+                        "rank %d: gave up: coordinator %s unreachable for %.0f s (--give-up-after; last: %s)",
+                        self.rank, self.target, self.give_up_after, code.name,
+                    )  # fmt: skip
                     return "gave up: coordinator unreachable"
                 delay = backoff.next()  # jittered: a burst of ranks cut off together comes back spread out
                 logger.info("rank %d: %s; reconnecting in %.1fs", self.rank, code.name, delay)
@@ -131,8 +135,11 @@ class RankWorker:
 
     async def _session(self, stub: Any, shared: Shared) -> str | None:
         """Join and follow the task stream; None if the stream ended without the end of the run."""
-        known = self._local.samples if self._local else self._samples
-        reply = await self._join(stub, shared, len(known) if known is not None else 0)
+        if self._local is not None:
+            count = self._local.declared_samples
+        else:
+            count = len(self._samples) if self._samples is not None else 0
+        reply = await self._join(stub, shared, count)
         if self._local is None:
             self._local = await asyncio.get_running_loop().run_in_executor(
                 shared.executor,
@@ -144,8 +151,8 @@ class RankWorker:
                 self._samples,
             )
             logger.info("rank %d: %d local samples", self.rank, len(self._local.samples))
-            if known is None:  # the shard is derived now: declare its size
-                reply = await self._join(stub, shared, len(self._local.samples))
+            if count == 0:  # the shard is derived now: declare its size
+                reply = await self._join(stub, shared, self._local.declared_samples)
         assembler: TensorSetAssembler | None = None
         task: fedsv_pb2.RoundTask | None = None
         received = 0
@@ -206,7 +213,7 @@ class RankWorker:
                     participant_id=reply.participant_id,
                     session_token=reply.session_token,
                     round=task.round,
-                    num_samples=len(local.samples),
+                    num_samples=local.declared_samples,
                     delta=header,
                     train_seconds=seconds,
                 )

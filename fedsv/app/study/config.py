@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsv.coordinator.config import RunConfig
+from fedsv.coordinator.config import UNGUARDED, RunConfig
 from fedsv.data import DatasetSplits, load_dataset
 from fedsv.data.corruptions import parse_corruption
 from fedsv.fl.device import resolve_device
@@ -104,6 +104,14 @@ class StudyConfig:
             "update through, as the paper's runs did)"
         },
     )
+    update_guard: bool = field(
+        default=False,
+        metadata={
+            "help": "screen updates as fedsv launch does by default (weights capped, norms with memory, the "
+            "direction check); off, as in the paper's runs, so that corrupted participants are valued, "
+            "not turned away"
+        },
+    )
     draws: int = field(default=3, metadata={"help": "random dismissal draws averaged (summarize)"})
     jobs: int = field(default=0, metadata={"help": "runs launched at once (0: one per CPU core)"})
     processes: int = field(default=1, metadata={"help": "participant processes per run"})
@@ -189,6 +197,7 @@ class StudyConfig:
             metric=self.metric,
             valuation=self.valuation,
             update_norm_policy=self.update_norm_policy,
+            **({} if self.update_guard else UNGUARDED),
         )
 
     def splits(self, seed: int) -> DatasetSplits:

@@ -1,0 +1,245 @@
+"""The round's screen of updates before aggregation: bounded weights, norms with memory, a direction check.
+
+One dishonest participant must not steer the model, and honest rounds must stay plain FedAvg. Each
+step leaves alone a round whose updates are alike and acts on an update that stands apart:
+
+1. **Weights**: a FedAvg weight (declared sample count) is capped at `count_multiple` times the
+   federation's median declared count: declaring 10^7 samples buys no more than that.
+2. **Norms** (`update_bounds`): the bound's typical norm is the median over this round's norms and the
+   accepted norms of the last `history_rounds` rounds (the smaller of two when there are fewer than
+   three), so that in a round of two updates neither sets its own bound.
+3. **Direction**: the coordinator's validation set referees (`referee.Referee`). With three updates
+   or more, an update is turned away when its cosine with the validation loss's descent at w_t lies
+   below what this federation's honest updates reach (`GuardMemory.tolerance`: far in a skewed
+   non-IID federation, just below 0 in an IID one), it points away from the FedAvg of the round's
+   others, and the round's FedAvg scores a lower validation loss without it. With two updates that
+   point apart, the one whose removal alone lowers that loss is turned away. Sign flips, minus the
+   others' mean and reversed updates under a large declared count are caught; the tests and
+   docs/deployment.md give the attack matrix and the honest runs that stay FedAvg.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import Tensor
+
+from fedsv.fl.referee import Referee
+from fedsv.fl.state import fedavg
+from fedsv.fl.update_bounds import BoundedUpdates, NormBound, bound_updates
+from fedsv.fl.updates import ClientUpdate
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """count_multiple: cap on a FedAvg weight, times the federation's median declared count (0: off).
+    direction: turn away updates that work against the validation set and the round's other updates.
+    history_rounds: past rounds whose accepted norms join the norm bound's median (0: this round's only).
+    """
+
+    count_multiple: float = 3.0
+    direction: bool = True
+    history_rounds: int = 3
+
+    def __post_init__(self) -> None:
+        if not (
+            math.isfinite(self.count_multiple) and (self.count_multiple == 0 or self.count_multiple >= 1)
+        ):
+            raise ValueError(f"update_count_multiple must be 0 (off) or >= 1, got {self.count_multiple}")
+        if not 0 <= self.history_rounds <= 1000:
+            raise ValueError(f"update_norm_history must be in 0..1000 rounds, got {self.history_rounds}")
+
+
+MARGIN = 0.05
+"""How far below 0 a cosine must lie to count against an update."""
+SPREAD = 3.0
+"""Median absolute deviations of the participants' lowest cosines with the validation descent that an
+update may lie below their median: how far a skewed federation's honest updates are allowed to stray."""
+"""How far below the lowest cosines of the updates accepted so far (and below 0) a suspect's must lie."""
+
+
+@dataclass
+class GuardMemory:
+    """What the guard remembers across rounds (and a checkpoint keeps): the norms of the updates it
+    accepted in the last rounds, and per participant the lowest cosines its accepted updates had with
+    the validation descent and with the round's other updates."""
+
+    norms: deque[list[float]] = field(default_factory=deque)
+    lowest: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def remember(self, accepted: Sequence[float], keep: int) -> None:
+        self.norms.append(list(accepted))
+        while len(self.norms) > keep:
+            self.norms.popleft()
+
+    def past(self) -> list[float]:
+        return [n for round_norms in self.norms for n in round_norms]
+
+    def learn(self, participant: str, descent: float, others: float) -> None:
+        low = self.lowest.get(participant, (descent, others))
+        self.lowest[participant] = (min(low[0], descent), min(low[1], others))
+
+    def tolerance(self) -> float:
+        """The lowest cosine with the validation descent this federation's updates are expected to reach:
+        the median over participants of their lowest cosines less SPREAD x the median absolute deviation
+        of those lows, and at most -MARGIN (-MARGIN until three participants are known). Skewed (non-IID)
+        federations, whose honest updates stray far from the validation gradient, tolerate more; medians
+        over participants: one participant, however it behaves, cannot move them far."""
+        if len(self.lowest) < 3:
+            return -MARGIN
+        lows = [d for d, _ in self.lowest.values()]
+        middle = statistics.median(lows)
+        spread = statistics.median(abs(d - middle) for d in lows)
+        return min(-MARGIN, middle - SPREAD * spread)
+
+    def to_json(self) -> dict[str, object]:
+        return {"norms": list(self.norms), "lowest": {p: list(v) for p, v in sorted(self.lowest.items())}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> GuardMemory:
+        norms, lowest = data.get("norms", []), data.get("lowest", {})
+        if not isinstance(norms, list) or not isinstance(lowest, dict):
+            raise ValueError("the checkpoint's guard memory is malformed")
+        return cls(
+            deque([float(n) for n in r] for r in norms),
+            {str(p): (float(v[0]), float(v[1])) for p, v in lowest.items()},
+        )
+
+
+@dataclass(frozen=True)
+class GuardedRound:
+    """The updates to aggregate and value, and what the guard did to the others."""
+
+    updates: list[ClientUpdate]
+    bounded: BoundedUpdates
+    capped: dict[str, int]  # participant -> its declared count, where the weight was capped
+    turned_away: dict[str, float]  # participant -> its cosine with the descent, rejected for direction
+
+
+def _flat(delta: Mapping[str, Tensor]) -> Tensor:
+    return torch.cat([t.reshape(-1).to(torch.float64) for t in delta.values() if t.is_floating_point()])
+
+
+def _cosine(a: Tensor, b: Tensor) -> float:
+    norm = float(a.norm() * b.norm())
+    return float(a @ b) / norm if norm > 0 else 0.0
+
+
+def cap_counts(
+    updates: Sequence[ClientUpdate], federation_counts: Sequence[int], multiple: float
+) -> tuple[list[ClientUpdate], dict[str, int]]:
+    """Each update's weight capped at `multiple` x the median of the federation's declared counts."""
+    if multiple == 0 or not federation_counts:
+        return list(updates), {}
+    cap = max(1, int(multiple * statistics.median(federation_counts)))
+    capped = {u.participant: u.num_samples for u in updates if u.num_samples > cap}
+    return [replace(u, num_samples=cap) if u.participant in capped else u for u in updates], capped
+
+
+def _fedavg_loss(referee: Referee, updates: Sequence[ClientUpdate]) -> float:
+    return referee.loss(fedavg([u.delta for u in updates], [u.num_samples for u in updates]))
+
+
+def _others(updates: Sequence[ClientUpdate], one: ClientUpdate, flats: Mapping[str, Tensor]) -> Tensor:
+    """The FedAvg of the round's updates but `one`, flattened."""
+    rest = [u for u in updates if u.participant != one.participant]
+    weights = torch.tensor([float(u.num_samples) for u in rest], dtype=torch.float64)
+    return (torch.stack([flats[u.participant] for u in rest]) * weights[:, None]).sum(0) / weights.sum()
+
+
+@dataclass(frozen=True)
+class Direction:
+    """Each update's cosine with the referee's descent and with the FedAvg of the round's others."""
+
+    descent: dict[str, float]
+    others: dict[str, float]
+
+
+def directions(updates: Sequence[ClientUpdate], referee: Referee) -> Direction:
+    descent = referee.descent()
+    reference = _flat(descent)
+    flats = {u.participant: _flat(u.delta) for u in updates}
+    return Direction(
+        {u.participant: _cosine(_flat({n: u.delta[n] for n in descent}), reference) for u in updates},
+        {u.participant: _cosine(flats[u.participant], _others(updates, u, flats)) for u in updates},
+    )
+
+
+def direction_outliers(
+    updates: Sequence[ClientUpdate], memory: GuardMemory, referee: Referee
+) -> tuple[dict[str, float], Direction | None]:
+    """Participants whose update works against the referee and the round: its cosines with the descent
+    and with the others' FedAvg are both MARGIN below the federation's tolerance (GuardMemory: how far
+    its participants' accepted updates strayed, at most 0), and the round's FedAvg scores a lower loss
+    without it. At least one update remains.
+    Returns them (with their cosines with the descent) and every update's cosines."""
+    if len(updates) < 2:
+        return {}, None
+    found = directions(updates, referee)
+    if len(updates) == 2:
+        return _arbitrate(updates, found, referee), found
+    low_descent, low_others = memory.tolerance(), -MARGIN
+    suspects = [
+        u
+        for u in updates
+        if found.descent[u.participant] < low_descent and found.others[u.participant] < low_others
+    ]
+    if not suspects:
+        return {}, found
+    everyone = _fedavg_loss(referee, updates)
+    out = {
+        s.participant: found.descent[s.participant]
+        for s in suspects
+        if _fedavg_loss(referee, [u for u in updates if u.participant != s.participant]) < everyone
+    }
+    if len(out) == len(updates):  # never all: the one pointing most along the descent stays
+        del out[max(out, key=out.__getitem__)]
+    return out, found
+
+
+def _arbitrate(updates: Sequence[ClientUpdate], found: Direction, referee: Referee) -> dict[str, float]:
+    """Two updates, no majority: when they point apart, the one against the referee's descent whose
+    removal alone lowers the loss of the round's FedAvg (the other's raises it) is turned away."""
+    first, second = updates
+    if found.others[first.participant] >= -MARGIN:
+        return {}
+    everyone = _fedavg_loss(referee, updates)
+    helps = {u.participant: referee.loss(v.delta) < everyone for u, v in ((first, second), (second, first))}
+    if helps[first.participant] == helps[second.participant]:
+        return {}
+    worse = first.participant if helps[first.participant] else second.participant
+    return {worse: found.descent[worse]} if found.descent[worse] < 0 else {}
+
+
+def guard_updates(
+    updates: Sequence[ClientUpdate],
+    norm_rule: NormBound,
+    settings: GuardSettings,
+    memory: GuardMemory,
+    federation_counts: Sequence[int],
+    referee: Referee | None = None,
+) -> GuardedRound:
+    """Screen a round's updates (in their order): weights capped, the norm bound with memory, then the
+    direction check; the memory learns the accepted norms."""
+    weighted, capped = cap_counts(updates, federation_counts, settings.count_multiple)
+    bounded = bound_updates(weighted, norm_rule, history=memory.past())
+    turned_away: dict[str, float] = {}
+    found = None
+    if settings.direction and referee is not None:
+        turned_away, found = direction_outliers(bounded.updates, memory, referee)
+    kept = [u for u in bounded.updates if u.participant not in turned_away]
+    memory.remember(
+        [bounded.norms[u.participant] for u in kept if u.participant not in bounded.clipped],
+        settings.history_rounds,
+    )
+    if found is not None and turned_away and len(kept) >= 2:  # the others' FedAvg without them
+        found = directions(kept, referee)  # type: ignore[arg-type]
+    if found is not None:
+        for u in kept:
+            memory.learn(u.participant, found.descent[u.participant], found.others[u.participant])
+    return GuardedRound(kept, bounded, capped, turned_away)
