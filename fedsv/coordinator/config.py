@@ -23,7 +23,11 @@ VALUATION_METHODS = (*(m for m in METHODS if m != "random"), "none")
 """What a run may value with: any method but the random baseline (a study's reference), or none."""
 
 
-UNGUARDED: dict[str, Any] = {"update_count_multiple": 0.0, "update_direction": False, "update_norm_history": 0}
+UNGUARDED: dict[str, Any] = {
+    "update_count_multiple": 0.0,
+    "update_direction": False,
+    "update_norm_history": 0,
+}
 """The settings that turn the update guard (fedsv.fl.update_guard) off: FedAvg over the declared counts,
 the norm bound over the round's own norms, no direction check (the paper's studies run so)."""
 

@@ -21,7 +21,13 @@ def test_a_participant_scaling_its_delta_by_a_million_neither_stops_nor_steers_t
     attacked = run_demo(DemoConfig(**settings, valuation="exact", corrupt="3=scale:1e6"))  # type: ignore[arg-type]
     assert len(attacked.accuracies) == 3 and all(math.isfinite(a) for a in attacked.accuracies)
     assert abs(attacked.accuracies[-1] - honest.accuracies[-1]) <= 0.02
-    totals = attacked.valuation.totals()["fedsv"]
+    # rejected (the default policy) every round: never aggregated, never valued
+    assert all("p003" not in rv.participants for rv in attacked.valuation.per_round())
+    clipped = run_demo(
+        DemoConfig(**settings, valuation="exact", corrupt="3=scale:1e6", update_norm_policy="clip")  # type: ignore[arg-type]
+    )
+    assert abs(clipped.accuracies[-1] - honest.accuracies[-1]) <= 0.02
+    totals = clipped.valuation.totals()["fedsv"]
     assert totals["p003"] <= min(v for pid, v in totals.items() if pid != "p003")
 
 

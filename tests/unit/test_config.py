@@ -67,5 +67,5 @@ def test_launch_shares_the_cpus_among_its_processes() -> None:
     assert Launch(run, LaunchConfig(processes=4)).threads_per_process() == max(1, cpus // 5)
     assert Launch(run, LaunchConfig(processes=4, threads=3)).threads_per_process() == 3
     assert Launch(RunConfig(participants=2), LaunchConfig()).participant_processes() == 2
-    with pytest.raises(ValueError, match="threads must be a whole number in 0..4096"):
+    with pytest.raises(ValueError, match=r"threads must be a whole number in 0\.\.4096"):
         LaunchConfig(threads=-1)

@@ -1,4 +1,4 @@
-"""Settings, files and data that used to break a run late: refused up front with one line, nothing recorded."""
+"""Settings, files and data that used to break a run late: refused up front in one line, nothing recorded."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import fedsv.participant.__main__ as participant_main
 from fedsv.app.cli import main as fedsv_main
 from fedsv.security.certs import generate
 
-TASK = '''
+TASK = """
 from torch import nn
 from fedsv.task import Task
 
@@ -27,7 +27,7 @@ class Tiny(Task):
 
 
 task = Tiny()
-'''
+"""
 
 
 def _one_line(err: str, prefix: str, *needles: str) -> None:
@@ -61,11 +61,22 @@ def _refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
         (["--batch-size", "3000000000"], "batch_size must be a whole number in 1..2147483647"),
         (["--max-samples-per-participant", str(2**63)], "max_samples_per_participant must be a whole number"),
         (
-            ["--participants", "6", "--fraction", "0.5", "--aggregation", "krum", "--aggregation-byzantine", "100"],
+            ["--participants", "6", "--aggregation", "krum", "--aggregation-byzantine", "100"],
             "aggregation_byzantine must be at most 0 with 3 selected per round",
         ),
-        (["--participants", "6", "--aggregation", "multi_krum", "--aggregation-byzantine", "0",
-          "--aggregation-keep", "9"], "aggregation_keep must be at most the 3 selected"),  # fmt: skip
+        (
+            [
+                "--participants",
+                "6",
+                "--aggregation",
+                "multi_krum",
+                "--aggregation-byzantine",
+                "0",
+                "--aggregation-keep",
+                "9",
+            ],
+            "aggregation_keep must be at most the 3 selected",
+        ),
         (["--update-count-multiple", "0.5"], "update_count_multiple must be 0 (off) or >= 1"),
     ],
 )
@@ -78,7 +89,9 @@ def test_out_of_range_settings(
 def test_transport_files_ports_and_hosts_are_checked_before_the_ledger(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _refused(tmp_path, capsys, _coordinator(tmp_path, "--tls-dir", str(tmp_path / "nowhere")), "does not exist")
+    _refused(
+        tmp_path, capsys, _coordinator(tmp_path, "--tls-dir", str(tmp_path / "nowhere")), "does not exist"
+    )
     certs = tmp_path / "certs"
     generate(certs, 2)
     (certs / "coordinator.pem").write_text("garbage\n")
@@ -89,7 +102,9 @@ def test_transport_files_ports_and_hosts_are_checked_before_the_ledger(
     tokens = tmp_path / "tokens.txt"
     tokens.write_text("this is not a tokens file\n")
     generate(certs, 2)
-    argv = _coordinator(tmp_path, "--tls-dir", str(certs), "--no-tls-client-auth", "--tokens-file", str(tokens))
+    argv = _coordinator(
+        tmp_path, "--tls-dir", str(certs), "--no-tls-client-auth", "--tokens-file", str(tokens)
+    )
     _refused(tmp_path, capsys, argv, "tokens")
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -97,7 +112,12 @@ def test_transport_files_ports_and_hosts_are_checked_before_the_ledger(
         port = busy.getsockname()[1]
         argv = [*_coordinator(tmp_path, "--insecure", "--host", "127.0.0.1"), "--port", str(port)]
         _refused(tmp_path, capsys, argv, f"cannot bind gRPC to 127.0.0.1:{port}")
-    _refused(tmp_path, capsys, _coordinator(tmp_path, "--insecure", "--host", "no.such.host.invalid"), "cannot bind")
+    _refused(
+        tmp_path,
+        capsys,
+        _coordinator(tmp_path, "--insecure", "--host", "no.such.host.invalid"),
+        "cannot bind",
+    )
 
 
 def test_bad_log_level_and_certificate_validity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,7 +127,9 @@ def test_bad_log_level_and_certificate_validity(tmp_path: Path, capsys: pytest.C
     err = capsys.readouterr().err
     assert "argument --log-level: invalid choice: 'LOUD'" in err.strip().splitlines()[-1]
     assert "Traceback" not in err and not (tmp_path / "state").exists()
-    assert fedsv_main(["certs", "--out", str(tmp_path / "c"), "--participants", "2", "--days", "100000000"]) == 2
+    assert (
+        fedsv_main(["certs", "--out", str(tmp_path / "c"), "--participants", "2", "--days", "100000000"]) == 2
+    )
     _one_line(capsys.readouterr().err, "fedsv certs: error:", "days must be a whole number in 1..36500")
 
 
@@ -161,7 +183,11 @@ def test_a_participant_refuses_its_own_file_before_it_joins(
 
 @pytest.mark.parametrize(
     ("address", "needle"),
-    [("nonsense", "coordinator must be HOST:PORT"), ("localhost:70000", "port in 1..65535"), (":50051", "HOST")],
+    [
+        ("nonsense", "coordinator must be HOST:PORT"),
+        ("localhost:70000", "port in 1..65535"),
+        (":50051", "HOST"),
+    ],
 )
 def test_a_participant_refuses_a_coordinator_address_it_cannot_dial(
     capsys: pytest.CaptureFixture[str], address: str, needle: str
@@ -171,7 +197,9 @@ def test_a_participant_refuses_a_coordinator_address_it_cannot_dial(
     _one_line(capsys.readouterr().err, "participant: error:", needle)
 
 
-def test_a_foreign_sqlite_file_is_refused_untouched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_foreign_sqlite_file_is_refused_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = tmp_path / "state"
     state.mkdir()
     foreign = state / "ledger.sqlite"

@@ -1,0 +1,63 @@
+"""One dishonest participant under the default settings, through `fedsv launch` (real processes, gRPC).
+
+The attack matrix of issue 26 (docs/deployment.md#security): from one participant among three selected,
+and in rounds of two updates, each attack costs at most 0.02 of final test accuracy against the honest
+run of the same seed, and the guard turns the attacker's updates away.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedsv.ledger import Ledger
+from tests.support.runtime import launch
+
+pytestmark = pytest.mark.slow
+
+RUN: dict[str, object] = {
+    "participants": 6,
+    "rounds": 8,
+    "epochs": 5,
+    "validation_size": 300,
+    "valuation": "none",
+    "seed": 0,
+}
+ATTACKS = {
+    "x1e6": "scale:1e6",
+    "sign flip": "scale:-1",
+    "-3x (its own, in IID the others' mean)": "scale:-3",
+    "10^7 declared, reversed": "scale:-1+count:10000000",
+}
+
+
+def _final_accuracy(
+    out: Path, settings: dict[str, object]
+) -> tuple[float, list[tuple[list[str], list[str]]]]:
+    proc = launch(out, settings, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
+        rounds = ledger.rounds()
+    assert [r.round for r in rounds] == list(range(1, 9))
+    return rounds[-1].test_accuracy, [(r.selected, r.received) for r in rounds]
+
+
+@pytest.mark.parametrize(
+    ("fraction", "attacks"),
+    [(0.5, list(ATTACKS)), (0.34, ["10^7 declared, reversed"])],
+    ids=["3 selected", "2 selected"],
+)
+def test_one_attacker_costs_at_most_two_points_of_accuracy(
+    tmp_path: Path, fraction: float, attacks: list[str]
+) -> None:
+    settings = {**RUN, "fraction": fraction}
+    honest, _ = _final_accuracy(tmp_path / "honest", settings)
+    for name in attacks:
+        out = tmp_path / name.split()[0]
+        attacked, rounds = _final_accuracy(out, {**settings, "corrupt": f"3={ATTACKS[name]}"})
+        assert abs(attacked - honest) <= 0.02, (name, attacked, honest)
+        turned_away = [
+            i for i, (selected, received) in enumerate(rounds, 1) if "p003" in set(selected) - set(received)
+        ]
+        assert turned_away, (name, rounds)
