@@ -33,6 +33,7 @@ class FirstMessageDeadline(grpc.aio.ServerInterceptor):
     def __init__(self, metrics: CoordinatorMetrics, timeout: float) -> None:
         self.metrics = metrics
         self.timeout = timeout
+        self.awaiting = 0  # calls waiting for their request now (touched on the event loop only)
         self._log = RateLimitedLog(logger)
 
     async def intercept_service(
@@ -59,12 +60,17 @@ class FirstMessageDeadline(grpc.aio.ServerInterceptor):
 
     async def _first(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
         """The call's one request, read within the timeout; the call refused otherwise."""
+        self.awaiting += 1
+        self.metrics.awaiting_request.set(self.awaiting)
         try:
             return await asyncio.wait_for(anext(requests), self.timeout)
         except TimeoutError:
             message = f"no request within {self.timeout:g} s"
         except StopAsyncIteration:
             message = "the call ended without a request"
+        finally:
+            self.awaiting -= 1
+            self.metrics.awaiting_request.set(self.awaiting)
         await refuse(context, self.metrics, self._log, "request_timeout", message)
 
     def _awaited(self, behavior: Behavior) -> Behavior:

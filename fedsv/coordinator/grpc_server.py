@@ -104,7 +104,7 @@ class CoordinatorServers:
             def add_coordinator(server: Any) -> None:
                 fedsv_pb2_grpc.add_CoordinatorServicer_to_server(servicer, server)
 
-            deadline = FirstMessageDeadline(metrics, request_timeout)
+            deadline = self.deadline = FirstMessageDeadline(metrics, request_timeout)
             self.main = AioServer(
                 self.loop,
                 address,
@@ -129,6 +129,10 @@ class CoordinatorServers:
             raise
         self.port = self.main.port
         self.health_port = -1 if self.health_only is None else self.health_only.port
+
+    def awaiting_requests(self) -> int:
+        """Calls on both servers whose request has not arrived yet."""
+        return self.deadline.awaiting
 
     def start(self) -> None:
         self.main.start()

@@ -61,6 +61,9 @@ class CoordinatorMetrics:
         self.updates_rejected = Counter(
             "fedsv_updates_rejected", "RPCs/updates refused", ["reason"], registry=r
         )
+        self.awaiting_request = Gauge(
+            "fedsv_calls_awaiting_request", "Open calls whose request has not arrived yet", registry=r
+        )
         self.bytes = Counter("fedsv_rpc_bytes", "Serialized message bytes", ["rpc", "direction"], registry=r)
         self.messages = Counter("fedsv_rpc_messages", "Messages", ["rpc", "direction"], registry=r)
         self.utility_evaluations = Counter(

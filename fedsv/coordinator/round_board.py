@@ -177,10 +177,6 @@ class RoundBoard:
                     "duplicate",
                     f"{info.participant_id} already submitted for round {round_number}",
                 )
-            if info.participant_id in current.refused:
-                raise Rejected(
-                    "already_refused", f"{info.participant_id}'s update for round {round_number} was refused"
-                )
             if num_samples <= 0:
                 raise Rejected("bad_header", f"num_samples must be positive, got {num_samples}")
             if num_samples != info.num_samples:
@@ -208,11 +204,13 @@ class RoundBoard:
             current.received[info.participant_id] = ReceivedUpdate(
                 info.participant_id, delta, num_samples, seconds
             )
+            current.refused.discard(info.participant_id)  # a corrected update, in time, still counts
             self.cond.notify_all()
 
     def refuse_update(self, info: ParticipantInfo, round_number: int) -> None:
         """`info`'s update for the open round was refused for what it held (not finite, malformed, ...):
-        the round waits for it no longer, and no second update of it is taken this round."""
+        once a quorum is in, the round no longer waits for another update of it (one that comes
+        while the round is open still counts)."""
         with self.cond:
             current = self.current
             if current is None or current.round != round_number or current.closed:
@@ -235,8 +233,8 @@ class RoundBoard:
                 now = time.time()
                 if got == len(opened.selected) or (now > opened.deadline and got >= need):
                     return True
-                if got + len(opened.refused) == len(opened.selected):  # nothing more can come
-                    return got >= need
+                if got + len(opened.refused) == len(opened.selected) and got >= need:  # the rest refused
+                    return True
                 if now > hard_deadline:
                     return False
                 self.cond.wait(timeout=0.2)

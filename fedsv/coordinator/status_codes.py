@@ -23,7 +23,6 @@ STATUS_OF_REASON: dict[str, grpc.StatusCode] = {
     "round_closed": grpc.StatusCode.FAILED_PRECONDITION,
     "not_selected": grpc.StatusCode.PERMISSION_DENIED,
     "duplicate": grpc.StatusCode.ALREADY_EXISTS,
-    "already_refused": grpc.StatusCode.FAILED_PRECONDITION,  # its update this round was refused
     # how many samples it has (declared at Join, FedAvg's weight)
     "bad_sample_count": grpc.StatusCode.INVALID_ARGUMENT,
     "undeclared_samples": grpc.StatusCode.FAILED_PRECONDITION,

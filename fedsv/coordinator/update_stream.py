@@ -116,7 +116,7 @@ class UpdateReceiver:
             )
         try:
             info = self.state.sessions.authenticate(header.participant_id, header.session_token, peer)
-            await self._receive_update(info, header, requests)
+            await self._receive_update(info, header, requests, peer)
         except (Rejected, WireError) as exc:
             await self.calls.refuse(context, exc.reason, str(exc))
         reply = fedsv_pb2.SubmitReply(
@@ -130,8 +130,10 @@ class UpdateReceiver:
         info: ParticipantInfo,
         header: fedsv_pb2.UpdateHeader,
         requests: AsyncIterator[Any],
+        peer: str | None,
     ) -> None:
-        """Check the update's header, then read, check and hand over its chunks (raises on any fault)."""
+        """Check the update's header, then read, check and hand over its chunks (raises on any fault);
+        `peer` is the sender's certificate name under mutual TLS."""
         self.state.board.check_update(info, header.round, header.num_samples)
         try:
             assembler = TensorSetAssembler(
@@ -147,9 +149,12 @@ class UpdateReceiver:
                     raise WireError("bad_chunk", "only chunks may follow the update header")
                 assembler.add(message.chunk)
             delta = assembler.finish(require_finite=True)
-        except WireError:
+        except WireError as exc:
             # What it sent cannot be aggregated: the round stops waiting for it (a non-finite update
-            # no longer holds its round until the deadline).
-            self.state.board.refuse_update(info, header.round)
+            # no longer holds its round until the deadline), but only where the sender is proven by
+            # its certificate: a stolen session token must not burn its owner's round, and a stream
+            # cut short (incomplete) may be sent again.
+            if peer is not None and exc.reason != "incomplete":
+                self.state.board.refuse_update(info, header.round)
             raise
         self.state.board.accept_update(info, header.round, delta, header.num_samples, header.train_seconds)

@@ -88,10 +88,14 @@ def bound_updates(
 
     An adaptive bound takes its median over the round's norms and `history` (norms accepted in
     earlier rounds), so that in a round of one or two updates no single update sets its own bound.
-    With "reject", an absolute bound may reject all, and the caller then has no update to aggregate.
+    "reject" never empties a round: when every update is over the bound they are clipped to it
+    instead, so that no participant (a lone one, say) can stop a run by being rejected.
     """
     norms = {u.participant: update_norm(u.delta) for u in updates}
     bound = round_bound([*norms.values(), *history], rule)
+    policy = rule.policy
+    if policy == "reject" and updates and all(n > bound for n in norms.values()):
+        policy = "clip"
     kept: list[ClientUpdate] = []
     clipped: list[str] = []
     rejected: list[str] = []
@@ -99,7 +103,7 @@ def bound_updates(
         norm = norms[u.participant]
         if norm <= bound:
             kept.append(u)
-        elif rule.policy == "reject":
+        elif policy == "reject":
             rejected.append(u.participant)
         else:
             scale = bound / norm

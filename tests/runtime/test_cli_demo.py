@@ -58,7 +58,7 @@ def test_demo_is_deterministic_and_group_rational() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["demo", "--participants", "0"], "participants must be at least 1"),
+        (["demo", "--participants", "0"], "participants must be a whole number in 1.."),
         (["demo", "--fraction", "1.5"], "fraction must be in (0, 1]"),
         (["demo", "--corruption", "bogus"], "corruption"),
         (["demo", "--dataset", "mnist"], "data_dir"),

@@ -181,7 +181,7 @@ def test_every_bad_update_is_rejected_with_its_code_and_the_round_goes_on(harnes
     inf = {k: v.clone() for k, v in good.items()}
     inf["a.weight"][0, 0] = float("inf")
     cases = [
-        ("unknown_participant", _update("p999", t0, good), grpc.StatusCode.NOT_FOUND),
+        ("unknown_participant", _update("p999", t0, good), grpc.StatusCode.UNAUTHENTICATED),
         ("bad_token", _update("p000", "forged", good), grpc.StatusCode.UNAUTHENTICATED),
         ("wrong_round", _update("p000", t0, good, round_number=2), grpc.StatusCode.FAILED_PRECONDITION),
         ("not_selected", _update("p002", t2, good), grpc.StatusCode.PERMISSION_DENIED),

@@ -176,16 +176,23 @@ def test_launch_reports_participant_processes_that_die_and_stops(tmp_path: Path)
     assert "\n" not in err and "Traceback" not in proc.stdout + proc.stderr
 
 
-def test_a_participant_scaling_its_delta_a_million_fold_is_clipped_in_a_real_run(tmp_path: Path) -> None:
+def test_a_participant_scaling_its_delta_a_million_fold_is_turned_away_in_a_real_run(tmp_path: Path) -> None:
     """Rank 2 sends its delta x 10^6 over mTLS: the run finishes, the model stays with the honest run's,
-    and the attacker's value is not above any honest participant's."""
+    the update is rejected every round (never aggregated, never valued); with `--update-norm-policy
+    clip` it is aggregated at the bound and the attacker's value is not above any honest one."""
     settings = {"fraction": 1.0, "rounds": 3, "valuation": "exact"}
     honest = _launch(tmp_path / "honest", **settings)
     attacked = _launch(tmp_path / "attacked", **settings, corrupt="2=scale:1e6")
-    assert honest.returncode == 0 and attacked.returncode == 0, attacked.stderr
+    clipped = _launch(tmp_path / "clipped", **settings, corrupt="2=scale:1e6", update_norm_policy="clip")
+    assert honest.returncode == 0 and attacked.returncode == 0 and clipped.returncode == 0, attacked.stderr
     with Ledger(tmp_path / "honest" / "ledger.sqlite", read_only=True) as ledger:
         honest_accuracy = ledger.rounds()[-1].test_accuracy
     with Ledger(tmp_path / "attacked" / "ledger.sqlite", read_only=True) as ledger:
+        records = ledger.rounds()
+    assert [r.round for r in records] == [1, 2, 3]
+    assert all(r.received == [p for p in r.selected if p != "p002"] for r in records)
+    assert abs(records[-1].test_accuracy - honest_accuracy) <= 0.02
+    with Ledger(tmp_path / "clipped" / "ledger.sqlite", read_only=True) as ledger:
         records, rows = ledger.rounds(), ledger.values()
     assert [r.round for r in records] == [1, 2, 3] and all(r.received == r.selected for r in records)
     assert abs(records[-1].test_accuracy - honest_accuracy) <= 0.02

@@ -37,6 +37,10 @@ def test_reject_drops_and_an_absolute_bound_and_none_are_honoured() -> None:
     assert rejected.rejected == ["p1"] and [u.participant for u in rejected.updates] == ["p0", "p2"]
     absolute = bound_updates(updates, NormBound(policy="reject", bound=1.5))
     assert absolute.rejected == ["p1", "p2"]
+    everyone_over = bound_updates(updates, NormBound(policy="reject", bound=0.5))
+    assert everyone_over.rejected == [] and everyone_over.clipped == ["p0", "p1", "p2"]  # never empty
+    lone = bound_updates([_update("p9", 1e6)], NormBound(policy="reject"), history=[1.0, 1.2, 0.9])
+    assert lone.clipped == ["p9"] and update_norm(lone.updates[0].delta) == pytest.approx(2 * 1.1)
     assert bound_updates(updates, NormBound(policy="none")).updates == updates
     assert round_bound([0.0, 0.0, 5.0], NormBound()) == math.inf  # a zero median bounds nothing
 

@@ -59,7 +59,7 @@ def test_two_updates_and_no_history_the_smaller_sets_the_bound() -> None:
     assert bounded.rejected == ["p1"] and bounded.bound == pytest.approx(2 * 2.0)
     assert typical_norm([3.0, 1.0, 2.0, 100.0]) == 2.5 and typical_norm([5.0]) == 5.0
     with_history = bound_updates([huge], NormBound(policy="reject"), history=[2.0, 2.1, 1.9])
-    assert with_history.rejected == ["p1"]  # a round of one: the history bounds it
+    assert with_history.clipped == ["p1"]  # a round of one: the history bounds it (never emptied)
 
 
 @pytest.mark.parametrize("attack", ["flip", "minus3", "reversed_heavy"])
