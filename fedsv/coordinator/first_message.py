@@ -10,13 +10,12 @@ from typing import Any
 
 import grpc
 
+from fedsv.coordinator.behaviors import before
 from fedsv.coordinator.calls import refuse
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.security.log_safety import RateLimitedLog
 
 logger = logging.getLogger(__name__)
-
-Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
 
 
 class FirstMessageDeadline(grpc.aio.ServerInterceptor):
@@ -49,13 +48,13 @@ class FirstMessageDeadline(grpc.aio.ServerInterceptor):
             if not inspect.isasyncgenfunction(behavior):
                 return handler  # a synchronous handler has no place on this server: left as it is
             return grpc.stream_stream_rpc_method_handler(
-                self._streamed(behavior), handler.request_deserializer, handler.response_serializer
+                before(behavior, self._first, True), handler.request_deserializer, handler.response_serializer
             )
         behavior = handler.unary_unary
         if not inspect.iscoroutinefunction(behavior):
             return handler
         return grpc.stream_unary_rpc_method_handler(
-            self._awaited(behavior), handler.request_deserializer, handler.response_serializer
+            before(behavior, self._first, False), handler.request_deserializer, handler.response_serializer
         )
 
     async def _first(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
@@ -72,22 +71,3 @@ class FirstMessageDeadline(grpc.aio.ServerInterceptor):
             self.awaiting -= 1
             self.metrics.awaiting_request.set(self.awaiting)
         await refuse(context, self.metrics, self._log, "request_timeout", message)
-
-    def _awaited(self, behavior: Behavior) -> Behavior:
-        async def awaited(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            return await behavior(await self._first(requests, context), context)
-
-        return awaited
-
-    def _streamed(self, behavior: Behavior) -> Behavior:
-        async def streamed(
-            requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-        ) -> AsyncIterator[Any]:
-            responses = behavior(await self._first(requests, context), context)
-            try:
-                async for response in responses:
-                    yield response
-            finally:
-                await responses.aclose()
-
-        return streamed

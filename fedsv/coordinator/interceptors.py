@@ -9,13 +9,12 @@ from typing import Any, NoReturn
 
 import grpc
 
+from fedsv.coordinator.behaviors import Behavior, before
 from fedsv.coordinator.calls import refuse
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.security.log_safety import RateLimitedLog
 
 logger = logging.getLogger(__name__)
-
-Behavior = Callable[[Any, Any], Any]
 
 
 class Malformed:
@@ -92,19 +91,4 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
                 await self._refuse(context, request)
             return request
 
-        if inspect.isasyncgenfunction(behavior):
-
-            async def streamed(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                responses = behavior(await checked(request, context), context)
-                try:
-                    async for response in responses:
-                        yield response
-                finally:
-                    await responses.aclose()
-
-            return streamed
-
-        async def awaited(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await behavior(await checked(request, context), context)
-
-        return awaited
+        return before(behavior, checked, inspect.isasyncgenfunction(behavior))

@@ -70,7 +70,8 @@ class LedgerFile:
         except sqlite3.DatabaseError as exc:
             problems = [str(exc)]
         if problems != ["ok"]:
-            raise LedgerError(f"{self.path}: the ledger is damaged ({problems[0]}); restore it from a backup")
+            found = "; ".join(line.strip(" *") for line in problems[0].splitlines() if line.strip(" *"))
+            raise LedgerError(f"{self.path}: the ledger is damaged ({found[:200]}); restore it from a backup")
 
     def _open_schema(self) -> None:
         """Check the schema version; create the schema in a new file, migrate an older one (a writer);

@@ -211,3 +211,31 @@ def test_a_foreign_sqlite_file_is_refused_untouched(
     assert foreign.read_bytes() == before and not (state / "ledger.sqlite-wal").exists()
     with sqlite3.connect(foreign) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+def test_a_participant_says_when_it_gives_up(caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # nothing listens once it is closed
+    argv = ["--coordinator", f"127.0.0.1:{port}", "--rank", "0", "--world-size", "2", "--insecure"]
+    with caplog.at_level("ERROR"):
+        assert participant_main.main([*argv, "--give-up-after", "1"]) == 1
+    gave_up = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
+    assert gave_up and f"127.0.0.1:{port} unreachable" in gave_up[0] and gave_up[0].startswith("rank 0")
+
+
+def test_a_resuming_coordinator_refuses_a_damaged_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    ledger = state / "ledger.sqlite"
+    with sqlite3.connect(ledger) as conn:  # a fedsv-looking file with a damaged page
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("CREATE TABLE filler (x BLOB)")
+        conn.executemany("INSERT INTO filler VALUES (?)", [(bytes(3000),) for _ in range(40)])
+    raw = bytearray(ledger.read_bytes())
+    raw[3 * 4096 : 4 * 4096] = b"\x5a" * 4096
+    ledger.write_bytes(bytes(raw))
+    assert coordinator_main.main(_coordinator(tmp_path, "--insecure")) == 2
+    _one_line(capsys.readouterr().err, "coordinator: error:", str(ledger), "damaged")
