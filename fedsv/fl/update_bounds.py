@@ -61,38 +61,45 @@ def update_norm(delta: Mapping[str, Tensor]) -> float:
     return math.hypot(*norms)
 
 
-def typical_norm(norms: Sequence[float]) -> float:
-    """The norm an honest update of the round is taken to have: the median of three or more norms;
-    with fewer there is no majority to take a median of, and the smaller sets it."""
+def typical_norm(norms: Sequence[float], smaller_of_few: bool = True) -> float:
+    """The norm an honest update of the round is taken to have: the median of the norms; with fewer
+    than three there is no majority to take a median of, and (`smaller_of_few`) the smaller sets it."""
     ordered = sorted(norms)
-    if len(ordered) < 3:
-        return ordered[0] if ordered else 0.0
+    if not ordered:
+        return 0.0
+    if len(ordered) < 3 and smaller_of_few:
+        return ordered[0]
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
 
 
-def round_bound(norms: Sequence[float], rule: NormBound) -> float:
+def round_bound(norms: Sequence[float], rule: NormBound, smaller_of_few: bool = True) -> float:
     """The bound for a round whose updates have these norms (inf when the policy is "none")."""
     if rule.policy == "none":
         return math.inf
     if rule.bound > 0:
         return rule.bound
-    typical = typical_norm(norms)
+    typical = typical_norm(norms, smaller_of_few)
     return rule.multiple * typical if typical > 0 else math.inf
 
 
 def bound_updates(
-    updates: Sequence[ClientUpdate], rule: NormBound, history: Sequence[float] = ()
+    updates: Sequence[ClientUpdate],
+    rule: NormBound,
+    history: Sequence[float] = (),
+    smaller_of_few: bool = True,
 ) -> BoundedUpdates:
     """Apply `rule` to a round's updates; the result keeps the updates' order.
 
     An adaptive bound takes its median over the round's norms and `history` (norms accepted in
-    earlier rounds), so that in a round of one or two updates no single update sets its own bound.
+    earlier rounds), so that in a round of one or two updates no single update sets its own bound
+    (`smaller_of_few`: with fewer than three norms in all, the smaller; else their mean, as before
+    the guard existed).
     "reject" never empties a round: when every update is over the bound they are clipped to it
     instead, so that no participant (a lone one, say) can stop a run by being rejected.
     """
     norms = {u.participant: update_norm(u.delta) for u in updates}
-    bound = round_bound([*norms.values(), *history], rule)
+    bound = round_bound([*norms.values(), *history], rule, smaller_of_few)
     policy = rule.policy
     if policy == "reject" and updates and all(n > bound for n in norms.values()):
         policy = "clip"

@@ -39,7 +39,8 @@ from fedsv.fl.updates import ClientUpdate
 class GuardSettings:
     """count_multiple: cap on a FedAvg weight, times the federation's median declared count (0: off).
     direction: turn away updates that work against the validation set and the round's other updates.
-    history_rounds: past rounds whose accepted norms join the norm bound's median (0: this round's only).
+    history_rounds: past rounds whose accepted norms join the norm bound's median (0: this round's only,
+        and a round of two takes their mean, as before the guard).
     """
 
     count_multiple: float = 3.0
@@ -227,7 +228,8 @@ def guard_updates(
     """Screen a round's updates (in their order): weights capped, the norm bound with memory, then the
     direction check; the memory learns the accepted norms."""
     weighted, capped = cap_counts(updates, federation_counts, settings.count_multiple)
-    bounded = bound_updates(weighted, norm_rule, history=memory.past())
+    guarded_norms = settings.history_rounds > 0  # the norms' memory on: the guard's small-round rule too
+    bounded = bound_updates(weighted, norm_rule, memory.past(), smaller_of_few=guarded_norms)
     turned_away: dict[str, float] = {}
     found = None
     if settings.direction and referee is not None:

@@ -16,7 +16,7 @@ from torch import Tensor
 from fedsv.app.launch import Launch, LaunchConfig, LaunchError
 from fedsv.app.report import write_outputs
 from fedsv.app.study.config import cpu_count
-from fedsv.coordinator.config import RunConfig
+from fedsv.coordinator.config import UNGUARDED, RunConfig
 from fedsv.ledger import Ledger, LedgerError, RoundRecord, ValueRow, decode_params, federated_valuation
 from fedsv.valuation import FederatedValuation
 
@@ -84,9 +84,10 @@ def _finished(directory: Path, run: RunConfig) -> RunResult | None:
 
 
 def _as_recorded(recorded: dict[str, Any]) -> dict[str, Any] | None:
-    """A recorded run config with the settings it predates at their defaults (None if unreadable)."""
+    """A recorded run config with the settings it predates at their defaults (None if unreadable); a
+    run recorded before the update guard existed ran without it (UNGUARDED)."""
     try:
-        return RunConfig(**recorded).to_dict()
+        return RunConfig(**{**UNGUARDED, **recorded}).to_dict()
     except (TypeError, ValueError):
         return None
 
