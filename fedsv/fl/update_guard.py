@@ -174,10 +174,10 @@ def directions(updates: Sequence[ClientUpdate], referee: Referee) -> Direction:
 def direction_outliers(
     updates: Sequence[ClientUpdate], memory: GuardMemory, referee: Referee
 ) -> tuple[dict[str, float], Direction | None]:
-    """Participants whose update works against the referee and the round: its cosines with the descent
-    and with the others' FedAvg are both MARGIN below the federation's tolerance (GuardMemory: how far
-    its participants' accepted updates strayed, at most 0), and the round's FedAvg scores a lower loss
-    without it. At least one update remains.
+    """Participants whose update works against the referee and the round: its cosine with the descent
+    lies below the federation's tolerance (GuardMemory.tolerance: how far its participants' accepted
+    updates strayed), its cosine with the others' FedAvg below -MARGIN, and the round's FedAvg scores
+    a lower loss without it. At least one update remains. Two updates go to `_arbitrate`.
     Returns them (with their cosines with the descent) and every update's cosines."""
     if len(updates) < 2:
         return {}, None
@@ -231,16 +231,17 @@ def guard_updates(
     guarded_norms = settings.history_rounds > 0  # the norms' memory on: the guard's small-round rule too
     bounded = bound_updates(weighted, norm_rule, memory.past(), smaller_of_few=guarded_norms)
     turned_away: dict[str, float] = {}
-    found = None
+    found: Direction | None = None
     if settings.direction and referee is not None:
         turned_away, found = direction_outliers(bounded.updates, memory, referee)
+        if turned_away:  # what the kept updates' cosines are without them (learned from two or more)
+            rest = [u for u in bounded.updates if u.participant not in turned_away]
+            found = directions(rest, referee) if len(rest) >= 2 else None
     kept = [u for u in bounded.updates if u.participant not in turned_away]
     memory.remember(
         [bounded.norms[u.participant] for u in kept if u.participant not in bounded.clipped],
         settings.history_rounds,
     )
-    if found is not None and turned_away and len(kept) >= 2:  # the others' FedAvg without them
-        found = directions(kept, referee)  # type: ignore[arg-type]
     if found is not None:
         for u in kept:
             memory.learn(u.participant, found.descent[u.participant], found.others[u.participant])
