@@ -416,3 +416,35 @@ def test_npz_that_holds_one_npy_array(tmp_path: Path) -> None:
     with pytest.raises(DataError) as exc:
         read_npz(path)
     assert ".npy" in assert_one_line(exc, path)
+
+
+def test_labelled_arrays_from_pairs_datasets_and_loaders() -> None:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from fedsv.data.collect import labelled_arrays
+
+    x = torch.arange(24, dtype=torch.float32).reshape(6, 1, 2, 2)
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    want_x, want_y = x.numpy(), y.numpy()
+    dicts = [{"img": x[i : i + 2], "label": y[i : i + 2]} for i in range(0, 6, 2)]
+    for data in (
+        (x, y),
+        (x.numpy(), y.numpy().astype(np.float64)),
+        TensorDataset(x, y),
+        DataLoader(TensorDataset(x, y), batch_size=4),
+        dicts,  # a list of batches is a sequence of three: read as batches below
+    ):
+        if data is dicts:
+            got_x, got_y = labelled_arrays(iter(dicts))
+        else:
+            got_x, got_y = labelled_arrays(data)
+        assert got_x.dtype == np.float32 and got_y.dtype == np.int64
+        np.testing.assert_array_equal(got_x, want_x)
+        np.testing.assert_array_equal(got_y, want_y)
+    with pytest.raises(ValueError, match="one label key"):
+        labelled_arrays(iter([{"a": x, "b": x, "label": y}]))
+    with pytest.raises(ValueError, match="whole class numbers"):
+        labelled_arrays((x, y + 0.5))
+    with pytest.raises(ValueError, match="need features"):
+        labelled_arrays((x[:3], y))

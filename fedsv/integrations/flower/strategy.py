@@ -15,6 +15,7 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 from prometheus_client import CollectorRegistry
 from torch import Tensor, nn
 
+from fedsv.data.collect import labelled_arrays
 from fedsv.fl.state import federated_state
 from fedsv.integrations.flower.recorder import RunRecorder
 from fedsv.integrations.flower.replies import FlowerRound, read_round, state_of
@@ -42,10 +43,12 @@ class FedSVStrategy(Strategy):
     """Any FedAvg-like Flower strategy, plus the federated Shapley value of every training round.
 
     Values come from what the round already moved: the global arrays sent out in configure_train and
-    the replies' arrays and example counts (no message is added or changed). `validation` is (x, y),
-    the server's validation set; `valuation` a ValuationSpec (default: exact up to 2^m <= its budget);
-    `ledger` a run directory (or a .sqlite file) for `fedsv report`; `registry` a Prometheus registry
-    that gets the coordinator's fedsv_* metrics. The wrapped strategy aggregates, unchanged.
+    the replies' arrays and example counts (no message is added or changed). `validation` is the
+    server's validation set: (x, y) of tensors or arrays, a torch Dataset or a DataLoader (batches of
+    pairs, or of {"img": ..., "label": ...} as Flower's examples load them); `valuation` a
+    ValuationSpec (default: exact up to 2^m <= its budget); `ledger` a run directory (or a .sqlite
+    file) for `fedsv report`; `registry` a Prometheus registry that gets the coordinator's fedsv_*
+    metrics. The wrapped strategy aggregates, unchanged.
     """
 
     def __init__(
@@ -53,7 +56,7 @@ class FedSVStrategy(Strategy):
         strategy: Strategy | None = None,
         task_or_model: Task | nn.Module | None = None,
         *,
-        validation: tuple[Tensor | np.ndarray, Tensor | np.ndarray],
+        validation: tuple[Tensor | np.ndarray, Tensor | np.ndarray] | Any,
         valuation: ValuationSpec | None = None,
         ledger: str | Path | None = None,
         metric: Metric = "accuracy",
@@ -67,7 +70,7 @@ class FedSVStrategy(Strategy):
         self.aggregation = aggregation_rule(self.strategy)  # refuses what it cannot value, at once
         self.model = _model(task_or_model)
         self.names = list(federated_state(self.model))  # what RoundGame values: parameters, float buffers
-        self.x_val, self.y_val = validation
+        self.x_val, self.y_val = labelled_arrays(validation)
         self.spec = valuation if valuation is not None else ValuationSpec()
         self.metric = metric
         self.device = device
