@@ -155,3 +155,25 @@ def test_a_strategy_it_cannot_value_is_refused_in_one_line() -> None:
         FedSVStrategy(FedAdam(), task.model(), validation=_validation())
     assert "\n" not in str(info.value) and "FedAdam" in str(info.value)
     assert FedSVStrategy(FedProx(), task.model(), validation=_validation()).aggregation == "fedavg"
+
+
+def test_the_wrapper_speaks_in_flowers_log(
+    runs: dict[str, object], caplog: pytest.LogCaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`flwr run --stream` shows the flwr logger: a line at start names the resolved ledger, and a line
+    per valued round gives the method, evaluations and the top and bottom participant."""
+    from fedsv.integrations.flower.strategy import round_line
+
+    wrapped = runs["wrapped"]
+    assert isinstance(wrapped, FedSVStrategy)
+    line = round_line(wrapped.rounds[1])
+    assert line.startswith("fedsv: round 1 valued (exact, ") and "top p" in line and "bottom p" in line
+    assert wrapped.recorder.path is not None and wrapped.recorder.path.is_absolute()
+    monkeypatch.chdir(tmp_path)  # where Flower's process would run
+    with caplog.at_level("INFO", logger="flwr"):
+        relative = FedSVStrategy(FedAvg(), task.model(), validation=_validation(), ledger="relative-run")
+    try:
+        assert relative.recorder.path == (tmp_path / "relative-run" / "ledger.sqlite").resolve()
+        assert any(str(relative.recorder.path) in r.getMessage() for r in caplog.records)
+    finally:
+        relative.close()

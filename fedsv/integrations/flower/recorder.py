@@ -50,7 +50,9 @@ class RunRecorder:
     ) -> None:
         self.accounting = FederatedValuation()
         self.run_id = run_id or f"flower-{uuid.uuid4().hex[:12]}"
-        self.ledger = Ledger(ledger_file(ledger)) if ledger is not None else None
+        # resolved now: a relative path would otherwise land wherever Flower's process runs
+        self.path = ledger_file(ledger).resolve() if ledger is not None else None
+        self.ledger = Ledger(self.path) if self.path is not None else None
         if self.ledger is not None:
             self.ledger.ensure_run(self.run_id, config)
         self.metrics = CoordinatorMetrics(registry) if registry is not None else None

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.common.logger import log as flower_log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 from prometheus_client import CollectorRegistry
@@ -29,6 +31,16 @@ from fedsv.valuation.round_inputs import Metric
 logger = logging.getLogger(__name__)
 
 TRAIN, EVALUATE = "train", "evaluate"  # the ledger's traffic rpc names of a Flower round
+
+
+def round_line(values: RoundValues) -> str:
+    """One line per valued round for Flower's log: method, evaluations, top and bottom participant."""
+    ranked = sorted(zip(values.participants, values.fedsv, strict=True), key=lambda pv: -pv[1])
+    (top, high), (bottom, low) = ranked[0], ranked[-1]
+    return (
+        f"fedsv: round {values.round} valued ({values.method}, {values.evaluations} evaluations, "
+        f"{values.seconds:.2f} s): top {top} {high:+.4f}, bottom {bottom} {low:+.4f}"
+    )
 
 
 def _model(task_or_model: Task | nn.Module) -> nn.Module:
@@ -82,6 +94,10 @@ class FedSVStrategy(Strategy):
             "valuation": repr(self.spec),
         }
         self.recorder = RunRecorder(ledger, config, run_id, registry)
+        where = f"ledger {self.recorder.path}" if self.recorder.path is not None else "no ledger"
+        flower_log(
+            INFO, "fedsv: valuing %s's rounds (run %s, %s)", config["strategy"], self.recorder.run_id, where
+        )
         self._arrays: dict[int, ArrayRecord] = {}
         self._sent: dict[int, list[int]] = {}
         self._traffic: dict[int, RoundTraffic] = {}
@@ -140,6 +156,7 @@ class FedSVStrategy(Strategy):
             game, flower_round.participants, flower_round.round, self.spec
         )
         self.rounds[flower_round.round] = values
+        flower_log(INFO, "%s", round_line(values))  # shows in `flwr run --stream`
         return values
 
     def _record(
