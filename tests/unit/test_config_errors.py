@@ -10,13 +10,7 @@ import pytest
 
 import fedsv.coordinator.__main__ as coordinator_main
 from fedsv.app.cli import main as fedsv_main
-
-
-def _one_line(err: str, prefix: str, *needles: str) -> None:
-    line = err.strip()
-    assert line.startswith(prefix) and "\n" not in line, err
-    for needle in needles:
-        assert needle in line, (needle, line)
+from tests.support.errors import one_line
 
 
 @pytest.mark.parametrize(
@@ -45,7 +39,7 @@ def test_coordinator_config_file(tmp_path: Path, settings: dict[str, object], ne
     config.write_text(json.dumps({"state_dir": str(tmp_path / "state"), "health_port": -1, **settings}))
     assert coordinator_main.main(["--config", str(config)]) == 2
     err = capsys.readouterr().err
-    _one_line(err, "coordinator: error:", *needles)
+    one_line(err, "coordinator: error:", *needles)
     assert len(err) < 400  # a hostile value is cut short, not echoed whole
     assert not (tmp_path / "state" / "ledger.sqlite").exists()  # refused before anything is recorded
 
@@ -72,7 +66,7 @@ def test_launch_flags(
     tmp_path: Path, flags: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert fedsv_main(["launch", "--out", str(tmp_path / "run"), *flags]) == 2
-    _one_line(capsys.readouterr().err, "fedsv launch: error:", needle)
+    one_line(capsys.readouterr().err, "fedsv launch: error:", needle)
     assert not (tmp_path / "run" / "ledger.sqlite").exists()
 
 
@@ -82,15 +76,15 @@ def test_missing_data_busy_port_and_a_file_for_a_directory(
     base = ["--state-dir", str(tmp_path / "state"), "--insecure", "--port", "0", "--health-port", "-1"]
     argv = [*base, "--metrics-port", "-1", "--dataset", "mnist", "--data-dir", str(tmp_path / "nowhere")]
     assert coordinator_main.main(argv) == 2
-    _one_line(capsys.readouterr().err, "coordinator: error:", "nowhere", "does not exist")
+    one_line(capsys.readouterr().err, "coordinator: error:", "nowhere", "does not exist")
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         argv = [*base, "--host", "127.0.0.1", "--metrics-port", str(port), "--rounds", "1"]
         assert coordinator_main.main(argv) == 2
-    _one_line(capsys.readouterr().err, "coordinator: error:", f"metrics_port on 127.0.0.1:{port}")
+    one_line(capsys.readouterr().err, "coordinator: error:", f"metrics_port on 127.0.0.1:{port}")
     a_file = tmp_path / "certs"
     a_file.write_text("")
     assert fedsv_main(["certs", "--out", str(a_file), "--participants", "2"]) == 2
-    _one_line(capsys.readouterr().err, "fedsv certs: error:", "is a file")
+    one_line(capsys.readouterr().err, "fedsv certs: error:", "is a file")

@@ -13,6 +13,7 @@ import fedsv.coordinator.__main__ as coordinator_main
 import fedsv.participant.__main__ as participant_main
 from fedsv.app.cli import main as fedsv_main
 from fedsv.security.certs import generate
+from tests.support.errors import one_line
 
 TASK = """
 from torch import nn
@@ -30,14 +31,6 @@ task = Tiny()
 """
 
 
-def _one_line(err: str, prefix: str, *needles: str) -> None:
-    line = err.strip()
-    assert line.startswith(prefix) and "\n" not in line, err
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in line, (needle, line)
-
-
 def _coordinator(tmp_path: Path, *flags: str) -> list[str]:
     base = ["--state-dir", str(tmp_path / "state"), "--port", "0", "--health-port", "-1"]
     return [*base, "--metrics-port", "-1", *flags]
@@ -45,7 +38,7 @@ def _coordinator(tmp_path: Path, *flags: str) -> list[str]:
 
 def _refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> None:
     assert coordinator_main.main(argv) == 2
-    _one_line(capsys.readouterr().err, "coordinator: error:", *needles)
+    one_line(capsys.readouterr().err, "coordinator: error:", *needles)
     assert not (tmp_path / "state" / "ledger.sqlite").exists()  # refused before anything is recorded
 
 
@@ -130,7 +123,7 @@ def test_bad_log_level_and_certificate_validity(tmp_path: Path, capsys: pytest.C
     assert (
         fedsv_main(["certs", "--out", str(tmp_path / "c"), "--participants", "2", "--days", "100000000"]) == 2
     )
-    _one_line(capsys.readouterr().err, "fedsv certs: error:", "days must be a whole number in 1..36500")
+    one_line(capsys.readouterr().err, "fedsv certs: error:", "days must be a whole number in 1..36500")
 
 
 def _task_files(tmp_path: Path) -> Path:
@@ -178,7 +171,7 @@ def test_a_participant_refuses_its_own_file_before_it_joins(
     argv = ["--coordinator", "127.0.0.1:1", "--rank", "0", "--world-size", "2", "--insecure"]
     argv += ["--task", f"{task}:task", "--data", str(tmp_path / data)]
     assert participant_main.main(argv) == 2
-    _one_line(capsys.readouterr().err, "participant: error:", needle)
+    one_line(capsys.readouterr().err, "participant: error:", needle)
 
 
 @pytest.mark.parametrize(
@@ -194,7 +187,7 @@ def test_a_participant_refuses_a_coordinator_address_it_cannot_dial(
 ) -> None:
     argv = ["--coordinator", address, "--rank", "0", "--world-size", "2", "--insecure"]
     assert participant_main.main(argv) == 2
-    _one_line(capsys.readouterr().err, "participant: error:", needle)
+    one_line(capsys.readouterr().err, "participant: error:", needle)
 
 
 def test_a_foreign_sqlite_file_is_refused_untouched(
@@ -207,7 +200,7 @@ def test_a_foreign_sqlite_file_is_refused_untouched(
         conn.execute("CREATE TABLE mine (a INTEGER)")
     before = foreign.read_bytes()
     assert coordinator_main.main(_coordinator(tmp_path, "--insecure")) == 2
-    _one_line(capsys.readouterr().err, "coordinator: error:", "not a fedsv ledger")
+    one_line(capsys.readouterr().err, "coordinator: error:", "not a fedsv ledger")
     assert foreign.read_bytes() == before and not (state / "ledger.sqlite-wal").exists()
     with sqlite3.connect(foreign) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
@@ -238,4 +231,4 @@ def test_a_resuming_coordinator_refuses_a_damaged_ledger(
     raw[3 * 4096 : 4 * 4096] = b"\x5a" * 4096
     ledger.write_bytes(bytes(raw))
     assert coordinator_main.main(_coordinator(tmp_path, "--insecure")) == 2
-    _one_line(capsys.readouterr().err, "coordinator: error:", str(ledger), "damaged")
+    one_line(capsys.readouterr().err, "coordinator: error:", str(ledger), "damaged")

@@ -10,6 +10,7 @@ import pytest
 import fedsv.coordinator.__main__ as coordinator_main
 import fedsv.participant.__main__ as participant_main
 from fedsv.app.cli import main as fedsv_main
+from tests.support.errors import one_line
 
 TASK = """
 from torch import nn
@@ -21,13 +22,6 @@ class Tiny(Task):
 
 task = Tiny()
 """
-
-
-def _one_line(err: str, prefix: str, *needles: str) -> None:
-    line = err.strip()
-    assert line.startswith(prefix) and "\n" not in line, err
-    for needle in needles:
-        assert needle in line, (needle, line)
 
 
 @pytest.fixture()
@@ -55,31 +49,31 @@ def test_participant(
     if data:
         args += ["--data", data.format(dir=task_file.parent)]
     assert participant_main.main(args) == 2
-    _one_line(capsys.readouterr().err, "participant: error:", *needles)
+    one_line(capsys.readouterr().err, "participant: error:", *needles)
 
 
 def test_coordinator(task_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = ["--state-dir", str(tmp_path / "state"), "--insecure", "--port", "0", "--metrics-port", "-1"]
     base += ["--health-port", "-1", "--participants", "2"]
     assert coordinator_main.main([*base, "--task", "nomodule_qq:x", "--validation-data", "v.npz"]) == 2
-    _one_line(capsys.readouterr().err, "coordinator: error:", "nomodule_qq")
+    one_line(capsys.readouterr().err, "coordinator: error:", "nomodule_qq")
     assert coordinator_main.main([*base, "--task", f"{task_file}:task"]) == 2
-    _one_line(capsys.readouterr().err, "coordinator: error:", "validation_data")
+    one_line(capsys.readouterr().err, "coordinator: error:", "validation_data")
     wrong = tmp_path / "wrong.npz"
     np.savez(wrong, x=np.zeros((3, 4), np.float32))  # no y
     argv = [*base, "--task", f"{task_file}:task", "--validation-data", str(wrong)]
     assert coordinator_main.main(argv) == 2
-    _one_line(capsys.readouterr().err, "coordinator: error:", "wrong.npz", "'y'")
+    one_line(capsys.readouterr().err, "coordinator: error:", "wrong.npz", "'y'")
     assert coordinator_main.main([*base, "--max-samples-per-participant", "0"]) == 2
-    _one_line(capsys.readouterr().err, "coordinator: error:", "max_samples_per_participant")
+    one_line(capsys.readouterr().err, "coordinator: error:", "max_samples_per_participant")
 
 
 def test_demo(task_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert fedsv_main(["demo", "--task", f"{task_file}:no_such", "--validation-data", "v.npz"]) == 2
-    _one_line(capsys.readouterr().err, "fedsv demo: error:", "no attribute 'no_such'")
+    one_line(capsys.readouterr().err, "fedsv demo: error:", "no attribute 'no_such'")
 
 
 def test_participant_device(task_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--coordinator", "127.0.0.1:1", "--rank", "0", "--world-size", "2", "--insecure"]
     assert participant_main.main([*args, "--device", "tpu"]) == 2
-    _one_line(capsys.readouterr().err, "participant: error:", "tpu")
+    one_line(capsys.readouterr().err, "participant: error:", "tpu")
