@@ -11,7 +11,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from fedsv.coordinator.config import RunConfig
-from fedsv.data.corruptions import parse_corruption
+from fedsv.data.corruptions import declared_count, parse_corruption
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import EvalSet, evaluate
 from fedsv.fl.ranks import participant_id
@@ -94,7 +94,7 @@ def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
     validation = EvalSet(validation_samples.x, validation_samples.y)
     test = evaluation_samples(task, config.test_source, "test", settings) if config.test_source else None
     schedule = config.schedule()
-    declared = [c.declared(len(s)) if c is not None else len(s) for s, c in ranks]
+    declared = [declared_count(c, len(s)) for s, c in ranks]
     memory = GuardMemory()
     rng = np.random.default_rng(config.seed)
     game = GameSettings(metric=task.metric, aggregation=config.aggregation_rule())

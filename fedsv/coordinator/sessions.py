@@ -124,18 +124,21 @@ class Sessions:
         """The session `token` names; an unknown participant and a wrong token get the same answer
         (UNAUTHENTICATED, one message), so a stranger cannot learn which ids have joined."""
         self.check_peer(pid, peer)
-        with self.cond:
-            info = self.participants.get(pid)
-        if info is None or not same_secret(token, info.token):
-            reason = "unknown_participant" if info is None else "bad_token"
+        info = self._session(pid, token)
+        if info is None:
+            reason = "bad_token" if pid in self.participants else "unknown_participant"
             raise Rejected(reason, f"no valid session for {pid!r}: join (again)")
         return info
 
     def is_current(self, pid: str, token: str) -> bool:
         """True while `token` is `pid`'s session (no later Join replaced it)."""
+        return self._session(pid, token) is not None
+
+    def _session(self, pid: str, token: str) -> ParticipantInfo | None:
+        """`pid`'s session if `token` is its token, else None."""
         with self.cond:
             info = self.participants.get(pid)
-        return info is not None and same_secret(token, info.token)
+        return info if info is not None and same_secret(token, info.token) else None
 
     def declared_counts(self) -> list[int]:
         """The sample counts the joined participants declared (those that declared one)."""

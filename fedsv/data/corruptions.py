@@ -307,3 +307,9 @@ def parse_corruption(spec: str) -> Corruption:
         flip_own_classes=own,
         declared_samples=declared,
     )
+
+
+def declared_count(corruption: Corruption | None, true_count: int) -> int:
+    """The sample count a participant declares at Join and in its updates: its true count, unless a
+    simulated attack (count:N) declares another."""
+    return corruption.declared(true_count) if corruption is not None else true_count

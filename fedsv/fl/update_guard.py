@@ -146,11 +146,14 @@ def _fedavg_loss(referee: Referee, updates: Sequence[ClientUpdate]) -> float:
     return referee.loss(fedavg([u.delta for u in updates], [u.num_samples for u in updates]))
 
 
-def _others(updates: Sequence[ClientUpdate], one: ClientUpdate, flats: Mapping[str, Tensor]) -> Tensor:
-    """The FedAvg of the round's updates but `one`, flattened."""
-    rest = [u for u in updates if u.participant != one.participant]
-    weights = torch.tensor([float(u.num_samples) for u in rest], dtype=torch.float64)
-    return (torch.stack([flats[u.participant] for u in rest]) * weights[:, None]).sum(0) / weights.sum()
+def _without_each(updates: Sequence[ClientUpdate], flats: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Per update, the FedAvg of the round's other updates, flattened: the weighted total less its
+    own share, so the round costs one pass over the updates, not one per update."""
+    weights = {u.participant: float(u.num_samples) for u in updates}
+    total = sum(weights.values())
+    summed = sum(weights[p] * flats[p] for p in weights)
+    assert isinstance(summed, Tensor)
+    return {p: (summed - weights[p] * flats[p]) / (total - weights[p]) for p in weights}
 
 
 @dataclass(frozen=True)
@@ -165,9 +168,10 @@ def directions(updates: Sequence[ClientUpdate], referee: Referee) -> Direction:
     descent = referee.descent()
     reference = _flat(descent)
     flats = {u.participant: _flat(u.delta) for u in updates}
+    others = _without_each(updates, flats)
     return Direction(
         {u.participant: _cosine(_flat({n: u.delta[n] for n in descent}), reference) for u in updates},
-        {u.participant: _cosine(flats[u.participant], _others(updates, u, flats)) for u in updates},
+        {p: _cosine(flats[p], others[p]) for p in flats},
     )
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from fedsv.data.corruptions import Corruption
+from fedsv.data.corruptions import Corruption, declared_count
 from fedsv.data.shards import Holdout, is_simulated
 from fedsv.data.sources import Samples, read_data
 from fedsv.fl.device import resolve_device
@@ -107,10 +107,8 @@ class LocalRank:
 
     @property
     def declared_samples(self) -> int:
-        """The sample count this rank declares (FedAvg's weight): its true count, unless a simulated
-        attack (corruption count:N) declares another."""
-        true_count = len(self.samples)
-        return self.corruption.declared(true_count) if self.corruption is not None else true_count
+        """The sample count this rank declares (FedAvg's weight)."""
+        return declared_count(self.corruption, len(self.samples))
 
     def _build(self) -> nn.Module:
         return self.task.build_model(self.seed).to(resolve_device(self.device))
