@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -21,6 +22,16 @@ from fedsv.valuation.round_inputs import Metric, RoundInputs, coalition_weights
 logger = logging.getLogger(__name__)
 
 __all__ = ["MODES", "RoundGame"]
+
+_TOLD: weakref.WeakKeyDictionary[nn.Module, set[str]] = weakref.WeakKeyDictionary()
+"""The executor choices already logged at INFO per model (a run builds one game per round)."""
+
+
+def _tell(model: nn.Module, message: str) -> None:
+    """Log the game's executor choice at INFO the first time for this model, at DEBUG after."""
+    told = _TOLD.setdefault(model, set())
+    logger.log(logging.DEBUG if message in told else logging.INFO, "%s", message)
+    told.add(message)
 
 
 class RoundGame(Game):
@@ -42,18 +53,21 @@ class RoundGame(Game):
 
     Modes (all give the same utilities up to float rounding; tests compare them), each an executor
     (fedsv.valuation.executors) that plan_executor picks:
-      - "fast": the model is an nn.Sequential (nested ones flattened) whose first layer with
-        parameters (the stem) is an nn.Linear or an nn.Conv2d with groups == 1, preceded only by
-        nn.Flatten / nn.Unflatten / nn.Identity (see executors.stem_split). The stem is linear in its
-        parameters, so its outputs on the validation set are computed once for w_t and once for each
-        delta, and a coalition's stem output is their weighted sum. The layers after it (the head;
-        buffers allowed) run for a batch of coalitions at once: stacked parameters with batched
-        matmul (executors.stacked_head) where every head layer is supported, torch.func.vmap otherwise.
+      - "fast": the model's first layer with parameters (the stem) is an nn.Linear or an nn.Conv2d
+        with groups == 1 that sees the input only through parameter-free steps, and the rest of the
+        model sees the input only through the stem's output. An nn.Sequential (nested ones
+        flattened) is split layer by layer (executors.stem_split); any other nn.Module is traced
+        with torch.fx and cut at the stem (executors.traced_split; a traced head that is a plain
+        chain of layers is rebuilt as an nn.Sequential). The stem is linear in its parameters, so
+        its outputs on the validation set are computed once for w_t and once for each delta, and a
+        coalition's stem output is their weighted sum. The layers after it (the head; buffers
+        allowed) run for a batch of coalitions at once: stacked parameters with batched matmul
+        (executors.stacked_head) where every head layer is supported, torch.func.vmap otherwise.
       - "batched": stacked parameters and vmap over the whole model (any nn.Module).
       - "naive": one model rebuilt per coalition (the straightforward reference).
     The requested mode is a ceiling: "fast" falls back to "batched" for a model without a stem split
     (or whose head fails under vmap), and "batched" to "naive" when vmap fails on the model; the
-    choice and its reason are logged at INFO.
+    choice and its reason are logged at INFO, once per model (later rounds' games log it at DEBUG).
 
     Device: the game computes on `device` ("auto": CUDA when available, else the CPU; "cpu", "cuda",
     "cuda:N"; anything else, or a CUDA device this machine lacks, raises ValueError). w_t, the deltas,
@@ -135,7 +149,7 @@ class RoundGame(Game):
         self.executor: Executor
         self.executor, reason = plan_executor(mode, self.inputs, self.compute, self.memory, fused)
         self.mode = self.executor.mode
-        logger.info("RoundGame mode %r on %s (%s): %s", self.mode, self.device, self.precision, reason)
+        _tell(model, f"RoundGame mode {self.mode!r} on {self.device} ({self.precision}): {reason}")
 
     def prepare(self) -> None:
         """Do the round's one-off work now (mode "fast": the stem outputs, when they fit the budget)."""

@@ -18,6 +18,7 @@ from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import RoundGame
 from fedsv.valuation.exact import all_coalitions
 from fedsv.valuation.executors.stem_split import split_stem
+from fedsv.valuation.executors.traced_split import find_stem
 from fedsv.valuation.round_game import MODES
 from fedsv.valuation.round_inputs import Metric
 
@@ -177,7 +178,7 @@ def test_head_outside_the_stacked_executor_runs_under_vmap(
     assert "head by vmap" in caplog.text
 
 
-# --------------------------------------------------------------------------- (b) models without a split
+# --------------------------------------------------------------------------- (b) any nn.Module, traced
 
 
 class SkipNet(nn.Module):
@@ -194,11 +195,87 @@ class SkipNet(nn.Module):
         return self.out(h + torch.relu(self.fc2(h)))
 
 
+class QuickstartNet(nn.Module):
+    """Flower's quickstart-pytorch Net (its forward as Flower writes it), on 1x28x28 images."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 6, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 4 * 4, 32)
+        self.fc2 = nn.Linear(32, 10)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.pool(F.relu(self.conv1(x)))
+        x = self.pool(F.relu(self.conv2(x)))
+        x = x.view(-1, 16 * 4 * 4)
+        x = F.relu(self.fc1(x))
+        return self.fc2(x)
+
+
 class ScaledSequential(nn.Sequential):
     """A Sequential subclass whose forward is no longer the layer chain."""
 
     def forward(self, x: Tensor) -> Tensor:
         return 2.0 * super().forward(x)
+
+
+@pytest.mark.parametrize(
+    ("seed", "build", "how"),
+    [
+        (4, SkipNet, "traced: Linear 'fc1' after 1 parameter-free steps -> a head of 5 steps; head by vmap"),
+        (
+            7,
+            QuickstartNet,
+            "traced: Conv2d 'conv1' after 0 parameter-free steps -> a head of 9 steps (a layer chain); "
+            "head by stacked matmul",
+        ),
+        (5, lambda: ScaledSequential(nn.Flatten(), nn.Linear(784, 10)), "traced: Linear '1'"),
+        (
+            8,
+            lambda: nn.Sequential(nn.Flatten(), nn.ReLU(), nn.Linear(784, 12), nn.ReLU(), nn.Linear(12, 10)),
+            "traced: Linear '2' after 2 parameter-free steps",
+        ),
+    ],
+)
+def test_traced_models_take_the_fast_path(
+    data: Data, seed: int, build: Callable[[], nn.Module], how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any nn.Module whose first layer is a Linear or Conv2d fed only by the input: the traced split
+    gives the hand-built FedAvg models' utilities, in every mode."""
+    _, _, x, y = data
+    model = _seeded(seed, build)
+    g, deltas = _random_round(model, step=1.0)
+    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round_game"):
+        _check_modes(model, g, deltas, [7, 3, 5], x, y, {mode: mode for mode in MODES})
+    assert how in caplog.text
+
+
+class InputSkip(nn.Module):
+    """The input reaches the output past the first layer: the stem's output is not all the head sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(784, 16)
+        self.out = nn.Linear(16, 10)
+        self.proj = nn.Linear(784, 10)
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.flatten(1)
+        return self.out(torch.relu(self.fc1(flat))) + self.proj(flat)
+
+
+class BranchNet(nn.Module):
+    """Control flow on the data: torch.fx cannot trace it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.fc(x.flatten(1))
+        return out if float(x.sum()) > 0 else -out
 
 
 class ItemNet(nn.Module):
@@ -212,17 +289,24 @@ class ItemNet(nn.Module):
         return self.fc(x.flatten(1)) / float(self.fc.weight.abs().max())
 
 
-def test_custom_forward_uses_batched(data: Data, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    ("seed", "build", "reason"),
+    [
+        (4, InputSkip, "no fast path: 'flatten', computed before the first layer, is also used by 'proj'"),
+        (5, BranchNet, "no fast path: torch.fx cannot trace BranchNet (TypeError: float() argument"),
+    ],
+)
+def test_models_without_a_split_use_batched(
+    data: Data, seed: int, build: Callable[[], nn.Module], reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
     _, _, x, y = data
-    for seed, build in ((4, SkipNet), (5, lambda: ScaledSequential(nn.Flatten(), nn.Linear(784, 10)))):
-        model = _seeded(seed, build)
-        g, deltas = _random_round(model, step=1.0)
-        with caplog.at_level(logging.INFO, logger="fedsv.valuation.round_game"):
-            _check_modes(
-                model, g, deltas, [7, 3, 5], x, y, {"fast": "batched", "batched": "batched", "naive": "naive"}
-            )
-    assert "no fast path: SkipNet is not an nn.Sequential" in caplog.text
-    assert "ScaledSequential) overrides nn.Sequential.forward" in caplog.text
+    model = _seeded(seed, build)
+    g, deltas = _random_round(model, step=1.0)
+    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round_game"):
+        _check_modes(
+            model, g, deltas, [7, 3, 5], x, y, {"fast": "batched", "batched": "batched", "naive": "naive"}
+        )
+    assert reason in caplog.text
 
 
 class ItemScale(nn.Module):
@@ -407,3 +491,65 @@ def test_callable_metric(data: Data) -> None:
         RoundGame(model, g, deltas, counts, x, y, metric=not_a_tensor).utility(1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="metric must be a name"):
         RoundGame(model, g, deltas, counts, x, y, metric=3)  # type: ignore[arg-type]
+
+
+class DirectWeight(nn.Module):
+    """Uses a parameter directly (no layer) before any layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4, 4))
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc(x @ self.w)
+
+
+class TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return self.fc(x) + y
+
+
+class HookedInside(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.fc.register_forward_hook(lambda *_: None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc(x)
+
+
+@pytest.mark.parametrize(
+    ("build", "reason"),
+    [
+        (DirectWeight, "the forward reads 'w' directly before any layer with parameters"),
+        (TwoInputs, "the forward takes 2 inputs, not one"),
+        (HookedInside, "module 'fc' has forward hooks, which a trace would skip"),
+        (
+            lambda: nn.Sequential(nn.BatchNorm1d(4), nn.Linear(4, 2)),
+            "traced, the first layer with parameters, '0', is a BatchNorm1d",
+        ),
+    ],
+)
+def test_traced_split_refusals(build: Callable[[], nn.Module], reason: str) -> None:
+    model = build()
+    split, why = find_stem(model, params_of(model), torch.randn(2, 4))
+    assert split is None and reason in why
+
+
+def test_the_executor_choice_is_logged_at_info_once_per_model(
+    data: Data, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, _, x, y = data
+    model = _seeded(4, SkipNet)
+    g, deltas = _random_round(model)
+    with caplog.at_level(logging.DEBUG, logger="fedsv.valuation.round_game"):
+        for _ in range(3):
+            RoundGame(model, g, deltas, [1, 1, 1], x, y)
+    levels = [r.levelname for r in caplog.records if "RoundGame mode 'fast'" in r.getMessage()]
+    assert levels == ["INFO", "DEBUG", "DEBUG"]

@@ -59,6 +59,7 @@ class StackedHead(Head):
 
     def logits(self, c: Tensor, base: Tensor, per_delta: Tensor) -> Tensor:
         head = self.split.head
+        assert isinstance(head, nn.Sequential)  # the planner checked stacked_head.supports
 
         def param(rel: str) -> Tensor:
             with self.compute.exact():

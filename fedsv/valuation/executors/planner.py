@@ -12,7 +12,8 @@ from fedsv.valuation.executors import fused_head, stacked_head
 from fedsv.valuation.executors.base import Executor
 from fedsv.valuation.executors.compute import Compute, Memory
 from fedsv.valuation.executors.fast import FastExecutor, FusedHead, Head, StackedHead, VmapHead
-from fedsv.valuation.executors.stem_split import StemSplit, split_stem
+from fedsv.valuation.executors.stem_split import StemSplit
+from fedsv.valuation.executors.traced_split import find_stem
 from fedsv.valuation.executors.whole_model import BatchedExecutor, NaiveExecutor
 from fedsv.valuation.round_inputs import RoundInputs, coalition_weights
 
@@ -32,7 +33,8 @@ def _fails(compute: Compute, probe: Callable[[], object]) -> str | None:
 
 def _stem_split(inputs: RoundInputs, compute: Compute) -> tuple[StemSplit | None, str]:
     """The model's stem split and a description, or None and why there is none."""
-    split, found = split_stem(compute.model, inputs.names)
+    with compute.computing():
+        split, found = find_stem(compute.model, inputs.names, inputs.x_val[:2])
     if split is not None and isinstance(split.stem, nn.Conv2d):
         with compute.computing():
             dims = split.prepare(inputs.x_val[:2]).dim()

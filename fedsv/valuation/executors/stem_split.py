@@ -22,10 +22,10 @@ class StemSplit:
     ("2.running_mean") to its name in the model's state ("1.weight", "features.3.running_mean").
     """
 
-    prepare: nn.Sequential
+    prepare: nn.Module
     stem: nn.Linear | nn.Conv2d
     stem_names: dict[str, str]
-    head: nn.Sequential
+    head: nn.Module
     head_names: dict[str, str]
     description: str
 
@@ -34,7 +34,7 @@ class StemSplit:
         return 1 if isinstance(self.stem, nn.Conv2d) else -1
 
 
-class _NoSplit(Exception):
+class NoSplit(Exception):
     """Why a model has no stem split (a reason for the log)."""
 
 
@@ -45,9 +45,9 @@ def _has_hooks(module: nn.Module) -> bool:
 def _check_container(seq: nn.Module, name: str) -> None:
     what = "the model" if not name else f"nested Sequential {name!r}"
     if type(seq).forward is not nn.Sequential.forward:
-        raise _NoSplit(f"{what} ({type(seq).__name__}) overrides nn.Sequential.forward")
+        raise NoSplit(f"{what} ({type(seq).__name__}) overrides nn.Sequential.forward")
     if _has_hooks(seq):
-        raise _NoSplit(f"{what} has forward hooks, which a layer-by-layer evaluation would skip")
+        raise NoSplit(f"{what} has forward hooks, which a layer-by-layer evaluation would skip")
 
 
 def _layers(seq: nn.Module, prefix: str) -> list[tuple[str, nn.Module]]:
@@ -57,7 +57,7 @@ def _layers(seq: nn.Module, prefix: str) -> list[tuple[str, nn.Module]]:
     for name, layer in seq._modules.items():  # not named_children(): that skips a module listed twice
         full = f"{prefix}{name}"
         if layer is None:
-            raise _NoSplit(f"layer {full!r} is None")
+            raise NoSplit(f"layer {full!r} is None")
         if isinstance(layer, nn.Sequential):
             out.extend(_layers(layer, f"{full}."))
         else:
@@ -71,29 +71,29 @@ def _tensors(layer: nn.Module) -> dict[str, Tensor]:
 
 def _split(model: nn.Module, state_names: Collection[str]) -> StemSplit:
     if not isinstance(model, nn.Sequential):
-        raise _NoSplit(f"{type(model).__name__} is not an nn.Sequential")
+        raise NoSplit(f"{type(model).__name__} is not an nn.Sequential")
     params = list(model.named_parameters(remove_duplicate=False))
     if len({id(p) for _, p in params}) != len(params):
-        raise _NoSplit("the model shares parameters between layers")
+        raise NoSplit("the model shares parameters between layers")
     layers = _layers(model, "")
     first = next((i for i, (_, layer) in enumerate(layers) if any(True for _ in layer.parameters())), None)
     if first is None:
-        raise _NoSplit("the model has no layer with parameters")
+        raise NoSplit("the model has no layer with parameters")
     for name, layer in layers[:first]:
         if type(layer) not in RESHAPES:
-            raise _NoSplit(
+            raise NoSplit(
                 f"layer {name!r} ({type(layer).__name__}) before the first layer with parameters "
                 f"is not a known reshape ({', '.join(t.__name__ for t in RESHAPES)})"
             )
     stem_prefix, stem = layers[first]
     if type(stem) not in STEMS:
-        raise _NoSplit(f"the first layer with parameters, {stem_prefix!r}, is a {type(stem).__name__}")
+        raise NoSplit(f"the first layer with parameters, {stem_prefix!r}, is a {type(stem).__name__}")
     assert isinstance(stem, nn.Linear | nn.Conv2d)
     if isinstance(stem, nn.Conv2d) and stem.groups != 1:
         # the deltas are stacked along the output channels: groups=1 only
-        raise _NoSplit(f"the first layer {stem_prefix!r} is a grouped Conv2d (groups={stem.groups})")
+        raise NoSplit(f"the first layer {stem_prefix!r} is a grouped Conv2d (groups={stem.groups})")
     if _has_hooks(stem):
-        raise _NoSplit(f"the first layer {stem_prefix!r} has forward hooks")
+        raise NoSplit(f"the first layer {stem_prefix!r} has forward hooks")
     stem_names = {rel: f"{stem_prefix}.{rel}" for rel in _tensors(stem)}
     head_layers = layers[first + 1 :]
     head_names = {
@@ -104,7 +104,7 @@ def _split(model: nn.Module, state_names: Collection[str]) -> StemSplit:
     }
     covered = set(stem_names.values()) | set(head_names.values())
     if not set(stem_names.values()) <= set(state_names) or covered != set(state_names):
-        raise _NoSplit("the layers' tensor names do not match the model's state")
+        raise NoSplit("the layers' tensor names do not match the model's state")
     reshapes = "".join(f"{type(layer).__name__} -> " for _, layer in layers[:first])
     description = f"{reshapes}{type(stem).__name__} {stem_prefix!r} -> a head of {len(head_layers)} layers"
     return StemSplit(
@@ -127,6 +127,6 @@ def split_stem(model: nn.Module, state_names: Collection[str]) -> tuple[StemSpli
     """
     try:
         split = _split(model, state_names)
-    except _NoSplit as reason:
+    except NoSplit as reason:
         return None, str(reason)
     return split, split.description
