@@ -13,9 +13,11 @@ import contextlib
 import logging
 import multiprocessing
 import queue
+import sys
 import threading
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
@@ -35,7 +37,7 @@ from fedsv.coordinator.valuation_process import (
     serve,
 )
 from fedsv.ledger import Ledger, class_rows, valuation_summary, value_rows
-from fedsv.valuation import FederatedValuation, ValuationSpec
+from fedsv.valuation import FederatedValuation, RoundValues, ValuationSpec
 from fedsv.valuation.round_valuation import GameSettings
 
 logger = logging.getLogger(__name__)
@@ -44,11 +46,28 @@ WARM_UP = 0
 """The job that starts the valuation process before any round (rounds are numbered from 1)."""
 
 
+_MAIN_SWAP = threading.Lock()
+
+
+@contextlib.contextmanager
+def without_main() -> Iterator[None]:
+    """While a spawned process starts, show multiprocessing a bare __main__ (no file, no spec), so the
+    child imports nothing of the parent's main script or module."""
+    with _MAIN_SWAP:
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
+
+
 class ValuationWorker:
     """One thread that hands the rounds submitted to it to the valuation process, one at a time in
     round order, commits each round's values, adds them to `accounting` and drops their inputs.
 
-    The process starts at warm_up() or with the first round. A valuation that fails stops the worker:
+    `on_valued` sees each round's values once they are committed (in the worker's thread). The process
+    starts at warm_up() or with the first round. A valuation that fails stops the worker:
     later rounds stay pending, in the ledger and on disk, and a restarted coordinator values them again.
     """
 
@@ -63,6 +82,7 @@ class ValuationWorker:
         store: PendingStore,
         backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
         threads: int = 0,
+        on_valued: Callable[[RoundValues], None] | None = None,
     ) -> None:
         self._settings = Settings(
             setup,
@@ -73,6 +93,7 @@ class ValuationWorker:
         )
         self._spec_of, self._accounting, self._ledger = spec_of, accounting, ledger
         self._metrics, self._store = metrics, store
+        self._on_valued = on_valued
         self.backlog_bytes = backlog_bytes
         self._jobs: queue.Queue[int | None] = queue.Queue()
         self._changed = threading.Condition()
@@ -176,7 +197,9 @@ class ValuationWorker:
                     self._conn.send(None)
 
     def _start(self) -> Connection:
-        """The valuation process, started on first use (spawned: a fresh interpreter)."""
+        """The valuation process, started on first use (spawned: a fresh interpreter, which does not run
+        the parent's __main__: a script without an `if __name__ == "__main__":` guard, as Flower
+        simulations often are, would otherwise start its whole run again in the child)."""
         if self._conn is None:
             context = multiprocessing.get_context("spawn")
             parent, child = context.Pipe()
@@ -184,7 +207,8 @@ class ValuationWorker:
                 target=serve, args=(child, self._settings), name="fedsv-valuation"
             )
             self._process.daemon = True
-            self._process.start()
+            with without_main():
+                self._process.start()
             child.close()
             self._conn = parent
         return self._conn
@@ -236,6 +260,8 @@ class ValuationWorker:
             time.time() - started,
             record.valuation_lag_seconds,
         )
+        if self._on_valued is not None:
+            self._on_valued(values)
         if self._completing:
             try:
                 self._complete()
