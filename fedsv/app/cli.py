@@ -34,7 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     add_dataclass_args(launch, LaunchConfig)
 
     report = sub.add_parser("report", help="print the values and traffic of a finished run")
-    report.add_argument("run_dir", help="run directory written by `fedsv launch`")
+    report.add_argument(
+        "run_dir",
+        help="run directory written by `fedsv launch`, or a folder of runs (a Flower ledger folder): its "
+        "latest run, the others listed",
+    )
     report.add_argument("--json", action="store_true", help="print report.json instead of the table")
     report.add_argument(
         "--by-class", action="store_true", help="print each participant's FedSV per validation label"
@@ -122,9 +126,13 @@ def main_payout(args: argparse.Namespace) -> int:
 
 def main_report(args: argparse.Namespace) -> int:
     from fedsv.app.report import build_report
-    from fedsv.app.report_text import format_classes, format_table
+    from fedsv.app.report_text import format_classes, format_runs, format_table
+    from fedsv.app.run_dirs import resolve_run
 
-    report = build_report(args.run_dir)
+    ledger, runs = resolve_run(args.run_dir)
+    if runs:  # a folder of runs: which one this is, and the others (stderr: --json stays JSON)
+        print(format_runs(runs, ledger.parent), file=sys.stderr)
+    report = build_report(ledger.parent)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsv.app.report_figures import plot_classes, plot_values
+from fedsv.app.run_dirs import resolve_run
 from fedsv.coordinator.config import RunConfig
 from fedsv.fl.ranks import participant_id
 from fedsv.ledger import Ledger, RoundRecord, UpdateRow, ValueRow, federated_valuation
@@ -18,7 +19,6 @@ from fedsv.valuation.rounds import TOTAL_KEYS
 
 logger = logging.getLogger(__name__)
 
-LEDGER_NAME = "ledger.sqlite"
 CSV_COLUMNS = (
     "participant",
     "rounds_selected",
@@ -88,22 +88,10 @@ def _round_entry(rec: RoundRecord, rows: list[ValueRow], updates: list[UpdateRow
     }
 
 
-def _ledger_path(run_dir: str | Path) -> Path:
-    directory = Path(run_dir)
-    if not directory.is_dir():
-        raise ValueError(f"run directory {directory} does not exist")
-    path = directory / LEDGER_NAME
-    if not path.is_file():
-        raise ValueError(
-            f"no {LEDGER_NAME} in {directory}: not a run directory (fedsv launch --out) "
-            "or a coordinator's --state-dir"
-        )
-    return path
-
-
 def build_report(run_dir: str | Path) -> dict[str, Any]:
-    """The JSON-serializable report of the run in `run_dir` (its ledger opened read-only)."""
-    path = _ledger_path(run_dir)
+    """The JSON-serializable report of the run in `run_dir` (its ledger opened read-only); a folder of
+    runs (FedSVStrategy's ledger folder) reports its latest run (run_dirs.resolve_run)."""
+    path, _ = resolve_run(run_dir)
     with Ledger(path, read_only=True) as ledger:
         run = ledger.run_config()
         records, rows, traffic_rows = ledger.rounds(), ledger.values(), ledger.traffic()

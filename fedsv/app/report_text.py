@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 from fedsv.app.report import ranked_rows
+from fedsv.app.run_dirs import RunDir
+
+
+def _name_width(rows: list[dict[str, Any]]) -> int:
+    """The participant column's width: its longest name (Flower's node ids run to 25 characters)."""
+    return max([12, *(len(row["participant"]) for row in rows)])
+
+
+def format_runs(runs: list[RunDir], chosen: Path) -> str:
+    """A folder's runs, oldest first, the reported one marked."""
+    lines = [f"{len(runs)} runs in {chosen.parent} (oldest first); reporting the one marked *:"]
+    for run in runs:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at))
+        mark = "*" if run.path == chosen else " "
+        run_id = "" if run.run_id == run.path.name else f"  (run {run.run_id})"
+        lines.append(f" {mark} {run.path.name:<30} {started}  {run.rounds} rounds{run_id}")
+    return "\n".join(lines)
 
 
 def _bytes(n: float | None) -> str:
@@ -29,6 +48,8 @@ def format_table(report: dict[str, Any]) -> str:
     traffic; "~" marks a rank not separated from the next at 95%."""
     summary = report["summary"]
     accuracy = report["final_accuracy"]
+    ranked = ranked_rows(report)
+    width = _name_width(ranked)
     ratio = summary["bytes_ratio_to_minimum"]
     up, down = _bytes(summary["bytes_up_per_round"]), _bytes(summary["bytes_down_per_round"])
     lines = [
@@ -38,17 +59,16 @@ def format_table(report: dict[str, Any]) -> str:
         + ("-" if ratio is None else f"{ratio:.3f}x")
         + f" the physical minimum of {_bytes(summary['physical_minimum_bytes_per_round'])}",
         "",
-        f"{'rank':>5}  {'participant':<12} {'rounds':>6} {'samples':>8} {'fedsv ± stderr':>20} "
+        f"{'rank':>5}  {'participant':<{width}} {'rounds':>6} {'samples':>8} {'fedsv ± stderr':>20} "
         f"{'fedsv_norm ± stderr':>20} {'completed ± stderr':>20} {'loo':>9} {'loo_norm':>9}",
     ]
     corrupted = summary.get("corrupted", {})
-    ranked = ranked_rows(report)
     for row in ranked:
         mark = f"  (corrupted: {corrupted[row['participant']]})" if row["participant"] in corrupted else ""
         samples = "-" if row["num_samples"] is None else str(row["num_samples"])
         rank = f"{row['rank_by_fedsv']:>4}{'~' if row['separated_from_next'] is False else ' '}"
         lines.append(
-            f"{rank}  {row['participant']:<12} {row['rounds_selected']:>6} {samples:>8} "
+            f"{rank}  {row['participant']:<{width}} {row['rounds_selected']:>6} {samples:>8} "
             f"{_plus_minus(row['fedsv'], row['fedsv_stderr'], 5):>20} "
             f"{_plus_minus(row['fedsv_normalized'], row['fedsv_normalized_stderr'], 4):>20} "
             f"{_plus_minus(row['fedsv_completed'], row['fedsv_completed_stderr'], 5):>20} "
@@ -66,15 +86,19 @@ def format_classes(report: dict[str, Any]) -> str:
     if not classes["labels"]:
         return "no values per label: no round of this run was valued by label"
     labels = range(classes["labels"])
+    ranked = ranked_rows(report)
+    width = _name_width(ranked)
     lines = [
         f"FedSV per validation label ({classes['rounds_split']} of {classes['rounds']} rounds split)",
         "",
-        f"{'participant':<12} " + " ".join(f"{label:>9}" for label in labels) + f" {'sum':>9} {'fedsv':>9}",
+        f"{'participant':<{width}} "
+        + " ".join(f"{label:>9}" for label in labels)
+        + f" {'sum':>9} {'fedsv':>9}",
     ]
-    for row in ranked_rows(report):
+    for row in ranked:
         values = classes["totals"].get(row["participant"])
         if values is None:
             continue
         cells = " ".join(f"{v:>9.5f}" for v in values)
-        lines.append(f"{row['participant']:<12} {cells} {sum(values):>9.5f} {row['fedsv']:>9.5f}")
+        lines.append(f"{row['participant']:<{width}} {cells} {sum(values):>9.5f} {row['fedsv']:>9.5f}")
     return "\n".join(lines)

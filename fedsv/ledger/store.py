@@ -68,6 +68,11 @@ class Ledger(LedgerFile):
         rows = self._query("SELECT run_id, config FROM run WHERE id = 1")
         return (rows[0][0], json.loads(rows[0][1])) if rows else None
 
+    def run_started_at(self) -> float | None:
+        """When the run was first recorded (seconds since the epoch); None before ensure_run."""
+        rows = self._query("SELECT created_at FROM run WHERE id = 1")
+        return float(rows[0][0]) if rows else None
+
     def commit_round(
         self,
         record: RoundRecord,
