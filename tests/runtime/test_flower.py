@@ -14,11 +14,23 @@ pytest.importorskip("flwr", reason="the fedsv[flower] extra is not installed")
 
 from flwr.app import ArrayRecord, Message
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx, Strategy
+from flwr.serverapp.strategy import (
+    FedAdam,
+    FedAvg,
+    FedMedian,
+    FedProx,
+    FedTrimmedAvg,
+    Krum,
+    MultiKrum,
+    Strategy,
+)
 
 from fedsv.app.report import build_report
+from fedsv.app.report_text import format_table
+from fedsv.app.run_dirs import resolve_run
 from fedsv.integrations.flower import FedSVStrategy, UnsupportedStrategyError
 from fedsv.integrations.flower.replies import read_round
+from fedsv.integrations.flower.valuer import BackgroundValuer
 from fedsv.valuation import ExactShapley, RoundGame, ValuationSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "flower"))
@@ -78,6 +90,8 @@ def test_same_messages_and_bytes_with_and_without_the_wrapper(runs: dict[str, ob
 def test_values_sum_to_each_rounds_utility_gain(runs: dict[str, object]) -> None:
     wrapped = runs["wrapped"]
     assert isinstance(wrapped, FedSVStrategy)
+    # valued off Flower's round path, by the coordinator's valuation process
+    assert isinstance(wrapped.valuer, BackgroundValuer) and wrapped.valuer.worker.process_pid is not None
     assert sorted(wrapped.rounds) == list(range(1, ROUNDS + 1))
     for values in wrapped.rounds.values():
         assert len(values.participants) == NODES
@@ -154,7 +168,7 @@ def test_a_strategy_it_cannot_value_is_refused_in_one_line() -> None:
     with pytest.raises(UnsupportedStrategyError) as info:
         FedSVStrategy(FedAdam(), task.model(), validation=_validation())
     assert "\n" not in str(info.value) and "FedAdam" in str(info.value)
-    assert FedSVStrategy(FedProx(), task.model(), validation=_validation()).aggregation == "fedavg"
+    assert FedSVStrategy(FedProx(), task.model(), validation=_validation()).aggregation.name == "fedavg"
 
 
 def test_the_wrapper_speaks_in_flowers_log(
@@ -173,7 +187,108 @@ def test_the_wrapper_speaks_in_flowers_log(
     with caplog.at_level("INFO", logger="flwr"):
         relative = FedSVStrategy(FedAvg(), task.model(), validation=_validation(), ledger="relative-run")
     try:
-        assert relative.recorder.path == (tmp_path / "relative-run" / "ledger.sqlite").resolve()
+        run_dir = tmp_path / "relative-run" / relative.recorder.run_id
+        assert relative.recorder.path == (run_dir / "ledger.sqlite").resolve()
         assert any(str(relative.recorder.path) in r.getMessage() for r in caplog.records)
     finally:
         relative.close()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "rule"),
+    [
+        (FedMedian(min_available_nodes=5), ("median", 0.1, 1, 0)),
+        (FedTrimmedAvg(beta=0.2, min_available_nodes=5), ("trimmed_mean", 0.2, 1, 0)),
+        (Krum(num_malicious_nodes=1, min_available_nodes=5), ("krum", 0.1, 1, 0)),
+        (
+            MultiKrum(num_malicious_nodes=1, num_nodes_to_select=3, min_available_nodes=5),
+            ("multi_krum", 0.1, 1, 3),
+        ),
+    ],
+    ids=["FedMedian", "FedTrimmedAvg", "Krum", "MultiKrum"],
+)
+def test_robust_strategies_are_valued_against_flowers_own_aggregate(
+    strategy: Strategy, rule: tuple[str, float, int, int], tmp_path: Path
+) -> None:
+    """Each maps to fedsv's rule with its parameters, and the grand coalition's utility is the accuracy
+    of the model Flower's own aggregate_train built: the values split exactly Flower's round."""
+    wrapped = FedSVStrategy(
+        strategy,
+        task.model(),
+        validation=_validation(),
+        valuation=ValuationSpec(method="exact"),
+        ledger=tmp_path,
+        background=False,
+        name_of=lambda message: f"hospital-{message.metadata.src_node_id}",
+    )
+    a = wrapped.aggregation
+    assert (a.name, a.trim, a.byzantine, a.keep) == rule
+    random.seed(0)
+    result, _ = run_federation(
+        client_app,
+        5,
+        lambda grid: wrapped.start(
+            grid=grid, initial_arrays=ArrayRecord(task.model().state_dict()), num_rounds=1
+        ),
+    )
+    wrapped.close()
+    net = task.model()
+    net.load_state_dict(result.arrays.to_torch_state_dict())  # type: ignore[attr-defined]
+    x, y = (torch.from_numpy(arr) for arr in _validation())
+    _, accuracy = task.evaluate(net, x, y)
+    values = wrapped.rounds[1]
+    assert values.utility_after == pytest.approx(accuracy, abs=1.5 / len(y))
+    assert float(values.fedsv.sum()) == pytest.approx(values.utility_after - values.utility_before, abs=1e-9)
+    # long names (name_of=) line up in `fedsv report`
+    assert all(pid.startswith("hospital-") and len(pid) > 20 for pid in values.participants)
+    table = format_table(build_report(tmp_path)).splitlines()
+    header = next(i for i, line in enumerate(table) if line.lstrip().startswith("rank"))
+    rows = table[header:]
+    assert len(rows) == 6 and len({len(line) for line in rows}) == 1
+
+
+def test_the_app_runs_twice_into_one_ledger_folder(tmp_path: Path) -> None:
+    """Each app run is a new run in its own directory under ledger=; `fedsv report FOLDER` lists them
+    and reports the latest, named by the ClientApp's fedsv_names mod."""
+    ids = []
+    for _ in range(2):
+        wrapped = FedSVStrategy(
+            FedAvg(min_available_nodes=3), task.model(), validation=_validation(), ledger=tmp_path / "flower"
+        )
+        random.seed(0)
+        run_federation(
+            client_app,
+            3,
+            lambda grid, w=wrapped: w.start(  # type: ignore[misc]
+                grid=grid, initial_arrays=ArrayRecord(task.model().state_dict()), num_rounds=1
+            ),
+        )
+        wrapped.close()
+        ids.append(wrapped.recorder.run_id)
+    ledger, runs = resolve_run(tmp_path / "flower")
+    assert [run.run_id for run in runs] == ids and ledger.parent.name == ids[1]
+    report = build_report(tmp_path / "flower")
+    assert report["run_id"] == ids[1]
+    assert set(report["totals"]["fedsv"]) == {"p000", "p001", "p002"}
+
+
+def test_a_model_defined_in_main_is_valued_inline_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The valuation process does not import the parent's __main__, so a model class defined there
+    (a script's own Net) cannot reach it: the wrapper values inline and says so in Flower's log."""
+
+    class Net(torch.nn.Sequential):
+        pass
+
+    Net.__module__ = "__main__"
+    model = Net(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+    with caplog.at_level("INFO", logger="flwr"):
+        wrapped = FedSVStrategy(FedAvg(), model, validation=_validation(), ledger=tmp_path)
+    try:
+        assert not wrapped.valuer.background
+        assert any(
+            "valuing inline" in r.getMessage() and "__main__" in r.getMessage() for r in caplog.records
+        )
+    finally:
+        wrapped.close()

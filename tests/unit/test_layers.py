@@ -46,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
 ALLOWED["fedsv.app"] = {*ALLOWED["fedsv.coordinator"], "fedsv.coordinator", "fedsv.participant"}
 # Beside fedsv.app: other frameworks' servers valuing with fedsv (the coordinator's metrics).
 ALLOWED["fedsv.integrations"] = {*ALLOWED["fedsv.ledger"], "fedsv.ledger", "fedsv.task", "fedsv.data"}
-ALLOWED["fedsv.integrations"] |= {"fedsv.coordinator", "fedsv.config"}
+ALLOWED["fedsv.integrations"] |= {"fedsv.coordinator", "fedsv.config", "fedsv.wire"}
 # Public modules at the top of the package that belong to a layer: the built-in tasks are the task layer's.
 PUBLIC = {"fedsv.tasks": "fedsv.task"}
 # What an installed fedsv must never leave behind: the design card's folders as top-level modules.

@@ -1,4 +1,4 @@
-"""The ClientApp: trains the MLP on its SuperNode's shard and reports its example count and partition."""
+"""The ClientApp: trains the MLP on its SuperNode's shard; fedsv's mod names the node in its replies."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from torch import nn
 
+from fedsv.integrations.flower import fedsv_names
 from fedsv_flower import task
 
-app = ClientApp()
+app = ClientApp(mods=[fedsv_names])  # fedsv: each training reply names its SuperNode (partition-id)
 
 
 def _received(msg: Message, context: Context) -> tuple[nn.Module, torch.Tensor, torch.Tensor, int]:
@@ -28,7 +29,7 @@ def train(msg: Message, context: Context) -> Message:
     net, x, y, partition = _received(msg, context)
     server_round = int(msg.content["config"]["server-round"])
     loss = task.train(net, x, y, seed=1000 * server_round + partition)
-    metrics = MetricRecord({"train_loss": loss, "num-examples": len(y), "partition-id": partition})
+    metrics = MetricRecord({"train_loss": loss, "num-examples": len(y)})
     content = RecordDict({"arrays": ArrayRecord(net.state_dict()), "metrics": metrics})
     return Message(content=content, reply_to=msg)
 

@@ -1,10 +1,10 @@
-"""The ServerApp: FedAvg, wrapped by FedSVStrategy (the two fedsv lines are marked)."""
+"""The ServerApp: FedAvg, wrapped by FedSVStrategy (the two fedsv lines are marked; fedsv=false skips them)."""
 
 from __future__ import annotations
 
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy import FedAvg, Strategy
 
 from fedsv.integrations.flower import FedSVStrategy  # fedsv, line 1
 from fedsv.valuation import ValuationSpec
@@ -15,16 +15,23 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    rounds = int(context.run_config.get("num-server-rounds", 3))
-    fraction = float(context.run_config.get("fraction-train", 1.0))
-    validation = task.splits().validation
-    fedavg = FedAvg(fraction_train=fraction, fraction_evaluate=0.5, min_available_nodes=2)
-    strategy = FedSVStrategy(  # fedsv, line 2: wrap the strategy; everything else stays Flower's
-        fedavg,
-        task.model(),
-        validation=(validation.x, validation.y),
-        valuation=ValuationSpec(method="auto", budget=4096, seed=0),
-        ledger=str(context.run_config.get("ledger", "runs/flower")),
+    config = context.run_config
+    rounds = int(config.get("num-server-rounds", 3))
+    fedavg = FedAvg(
+        fraction_train=float(config.get("fraction-train", 1.0)),
+        fraction_evaluate=0.5,
+        min_available_nodes=int(config.get("min-available-nodes", 2)),
     )
+    strategy: Strategy = fedavg
+    if bool(config.get("fedsv", True)):  # run-config fedsv=false: Flower's FedAvg alone, to compare
+        validation = task.splits().validation
+        strategy = FedSVStrategy(  # fedsv, line 2: wrap the strategy; everything else stays Flower's
+            fedavg,
+            task.model(),
+            validation=(validation.x, validation.y),
+            valuation=ValuationSpec(method="auto", budget=4096, seed=0),
+            ledger=str(config.get("ledger", "runs/flower")),
+        )
     strategy.start(grid=grid, initial_arrays=ArrayRecord(task.model().state_dict()), num_rounds=rounds)
-    strategy.close()
+    if isinstance(strategy, FedSVStrategy):
+        strategy.close()

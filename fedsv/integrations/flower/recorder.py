@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -28,14 +29,21 @@ logger = logging.getLogger(__name__)
 LEDGER_NAME = "ledger.sqlite"  # what `fedsv report DIR` opens
 
 
-def ledger_file(path: str | Path) -> Path:
-    """A `.sqlite` path as is; any other path is a run directory holding ledger.sqlite (created)."""
+def new_run_id() -> str:
+    """flower-<local start time>-<random>: sorts by start, unique per app run."""
+    return f"flower-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def ledger_file(path: str | Path, run_id: str) -> Path:
+    """A `.sqlite` path as is (one run); any other path is a folder of runs, this run's ledger in
+    <folder>/<run id>/ledger.sqlite (created), so the same folder serves every run of the app."""
     target = Path(path)
     if target.suffix == ".sqlite":
         target.parent.mkdir(parents=True, exist_ok=True)
         return target
-    target.mkdir(parents=True, exist_ok=True)
-    return target / LEDGER_NAME
+    run_dir = target / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir / LEDGER_NAME
 
 
 class RunRecorder:
@@ -49,9 +57,9 @@ class RunRecorder:
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.accounting = FederatedValuation()
-        self.run_id = run_id or f"flower-{uuid.uuid4().hex[:12]}"
-        # resolved now: a relative path would otherwise land wherever Flower's process runs
-        self.path = ledger_file(ledger).resolve() if ledger is not None else None
+        self.run_id = run_id or new_run_id()
+        # resolved now and logged by the strategy: a relative path lands where Flower's process runs
+        self.path = ledger_file(ledger, self.run_id).resolve() if ledger is not None else None
         self.ledger = Ledger(self.path) if self.path is not None else None
         if self.ledger is not None:
             self.ledger.ensure_run(self.run_id, config)
@@ -65,7 +73,8 @@ class RunRecorder:
         traffic: list[TrafficRow],
         params: dict[str, Tensor],
     ) -> None:
-        """Record a round (values None: nothing was aggregated; values already in `accounting`)."""
+        """Record a round (values None: valued later, or nothing was aggregated, as the record's status
+        says; values given are already in `accounting`)."""
         rows, classes = (value_rows(values), class_rows(values)) if values is not None else ([], [])
         # Flower replies carry no training time of their own: 0.0 stands for "not reported".
         updates = [UpdateRow(record.round, pid, n, 0.0) for pid, n in num_samples.items()]
@@ -73,7 +82,9 @@ class RunRecorder:
             # The coordinator's own checkpoint format, so a Flower ledger reads back like a fedsv one.
             checkpoint = Checkpoint(record.round, encode_params(params), "{}")
             self.ledger.commit_round(record, rows, traffic, checkpoint, updates, classes)
-        if self.metrics is not None:
+        if self.metrics is not None and values is None:
+            self.metrics.observe_training(record)
+        elif self.metrics is not None:
             self.metrics.observe_round(record, self.accounting.sums(), self.accounting.sum_errors())
         logger.debug("recorded round %d (%d values)", record.round, len(rows))
 

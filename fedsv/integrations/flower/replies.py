@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +15,12 @@ from fedsv.fl.ranks import participant_id
 
 ID_KEYS = ("participant-id", "partition-id")
 """Reply metrics (or config) keys that name a client, first found wins; else its Flower node id."""
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}")
+"""A name a reply may give itself (what the ledger and `fedsv report` show); anything else is ignored."""
+
+NameOf = Callable[[Message], "str | None"]
+"""The server's own naming of a reply (FedSVStrategy's name_of=): a name, or None for the default."""
 
 
 @dataclass(frozen=True)
@@ -37,8 +44,15 @@ def state_of(arrays: ArrayRecord, names: Sequence[str]) -> dict[str, Tensor]:
     return {n: torch.from_numpy(arrays[n].numpy().copy()) for n in names}
 
 
-def client_id(message: Message) -> str:
-    """`participant-id` or `partition-id` from the reply's metrics or config, else `node-<node id>`."""
+def client_id(message: Message, name_of: NameOf | None = None) -> str:
+    """name_of(message) when given and not None; else `participant-id` (a NAME) or `partition-id` (an
+    integer >= 0, as p<id>) from the reply's metrics or config records; else `node-<node id>`."""
+    if name_of is not None:
+        name = name_of(message)
+        if name is not None:
+            if not isinstance(name, str) or not NAME.fullmatch(name):
+                raise ValueError(f"name_of returned {name!r}; a name is 1-64 of A-Z a-z 0-9 . _ : @ -")
+            return name
     records: list[MetricRecord | ConfigRecord] = [
         *message.content.metric_records.values(),
         *message.content.config_records.values(),
@@ -46,7 +60,7 @@ def client_id(message: Message) -> str:
     for key in ID_KEYS:
         for record in records:
             value = record.get(key)
-            if isinstance(value, str) and value:
+            if isinstance(value, str) and NAME.fullmatch(value):
                 return value
             if isinstance(value, int | float) and float(value).is_integer() and value >= 0:
                 return participant_id(int(value))
@@ -65,6 +79,7 @@ def read_round(
     replies: Iterable[Message],
     names: Sequence[str],
     weighted_by_key: str,
+    name_of: NameOf | None = None,
 ) -> FlowerRound:
     """Deltas (reply arrays - global arrays) and example counts of the replies FedAvg aggregates."""
     global_params = state_of(global_arrays, names)
@@ -89,7 +104,7 @@ def read_round(
         deltas.append({n: local[n] - global_params[n] for n in names})
         counts.append(int(count))
         nodes.append(node)
-        ids.append(client_id(message))
+        ids.append(client_id(message, name_of))
     duplicates = sorted(p for p, n in Counter(ids).items() if n > 1)
     if duplicates:
         raise ValueError(f"round {server_round}: several replies name the client(s) {duplicates}")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable
-from logging import INFO
+from logging import ERROR, INFO
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +14,23 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log as flower_log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg, Strategy
+from flwr.serverapp.strategy import FedAvg, Result, Strategy
 from prometheus_client import CollectorRegistry
 from torch import Tensor, nn
 
 from fedsv.data.collect import labelled_arrays
+from fedsv.fl.evaluation import EvalSet
 from fedsv.fl.state import federated_state
 from fedsv.integrations.flower.recorder import RunRecorder
-from fedsv.integrations.flower.replies import FlowerRound, read_round, state_of
+from fedsv.integrations.flower.replies import FlowerRound, NameOf, read_round, state_of
 from fedsv.integrations.flower.rules import aggregation_rule
 from fedsv.integrations.flower.traffic import RoundTraffic, object_bytes
+from fedsv.integrations.flower.valuer import BackgroundValuer, InlineValuer, Valuer, background_blocker
 from fedsv.ledger import RoundStatus, RoundTimes, build_round_record
 from fedsv.task.interface import Task
-from fedsv.valuation import RoundGame, RoundValues, ValuationSpec
+from fedsv.valuation import RoundValues, ValuationSpec
 from fedsv.valuation.round_inputs import Metric
+from fedsv.valuation.round_valuation import GameSettings
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +62,15 @@ class FedSVStrategy(Strategy):
     the replies' arrays and example counts (no message is added or changed). `validation` is the
     server's validation set: (x, y) of tensors or arrays, a torch Dataset or a DataLoader (batches of
     pairs, or of {"img": ..., "label": ...} as Flower's examples load them); `valuation` a
-    ValuationSpec (default: exact up to 2^m <= its budget); `ledger` a run directory (or a .sqlite
-    file) for `fedsv report`; `registry` a Prometheus registry that gets the coordinator's fedsv_*
-    metrics. The wrapped strategy aggregates, unchanged.
+    ValuationSpec (default: exact up to 2^m <= its budget); `ledger` a folder that gets one run
+    directory per app run (or a .sqlite file for one run) for `fedsv report`; `registry` a Prometheus
+    registry that gets the coordinator's fedsv_* metrics; `name_of` a function naming a reply's client
+    (default: the reply's participant-id or partition-id, see names.fedsv_names, else node-<id>).
+
+    `background` (default: whenever there is a ledger) values each round off Flower's round path, in
+    the coordinator's idle-priority valuation process: aggregate_train returns Flower's aggregate at
+    once, values reach the ledger in round order, and start() returns once the backlog is valued. The
+    wrapped strategy aggregates, unchanged.
     """
 
     def __init__(
@@ -75,6 +85,9 @@ class FedSVStrategy(Strategy):
         device: str = "cpu",
         run_id: str | None = None,
         registry: CollectorRegistry | None = None,
+        name_of: NameOf | None = None,
+        background: bool | None = None,
+        valuation_threads: int = 0,
     ) -> None:
         if task_or_model is None:
             raise TypeError("FedSVStrategy needs the model (an nn.Module) or a fedsv Task")
@@ -82,27 +95,81 @@ class FedSVStrategy(Strategy):
         self.aggregation = aggregation_rule(self.strategy)  # refuses what it cannot value, at once
         self.model = _model(task_or_model)
         self.names = list(federated_state(self.model))  # what RoundGame values: parameters, float buffers
-        self.x_val, self.y_val = labelled_arrays(validation)
+        x_val, y_val = labelled_arrays(validation)
         self.spec = valuation if valuation is not None else ValuationSpec()
-        self.metric = metric
-        self.device = device
+        self.name_of = name_of
+        game = GameSettings(metric, device, "fp32", self.aggregation)
         config = {
             "engine": "flower",
             "strategy": type(self.strategy).__name__,
-            "aggregation": self.aggregation,
+            "aggregation": dataclasses.asdict(self.aggregation),
             "metric": metric if isinstance(metric, str) else "callable",
             "valuation": repr(self.spec),
         }
         self.recorder = RunRecorder(ledger, config, run_id, registry)
+        self.valuer = self._valuer(EvalSet(x_val, y_val), game, background, valuation_threads)
         where = f"ledger {self.recorder.path}" if self.recorder.path is not None else "no ledger"
+        how = "in the background" if self.valuer.background else "inline"
         flower_log(
-            INFO, "fedsv: valuing %s's rounds (run %s, %s)", config["strategy"], self.recorder.run_id, where
+            INFO,
+            "fedsv: valuing %s's rounds %s (run %s, %s)",
+            config["strategy"],
+            how,
+            self.recorder.run_id,
+            where,
         )
         self._arrays: dict[int, ArrayRecord] = {}
         self._sent: dict[int, list[int]] = {}
         self._traffic: dict[int, RoundTraffic] = {}
         self._started: dict[int, float] = {}
-        self.rounds: dict[int, RoundValues] = {}
+        self._finished = False
+
+    def _valuer(
+        self, validation: EvalSet, game: GameSettings, background: bool | None, threads: int
+    ) -> Valuer:
+        def said(values: RoundValues) -> None:
+            flower_log(INFO, "%s", round_line(values))  # shows in `flwr run --stream`
+
+        if background is None:
+            background = self.recorder.ledger is not None
+        if background and self.recorder.ledger is None:
+            raise ValueError("FedSVStrategy(background=True) needs a ledger= for the rounds it values later")
+        blocker = background_blocker(self.model, validation, game) if background else None
+        if blocker is not None:
+            flower_log(
+                INFO, "fedsv: valuing inline: the valuation process cannot get the model (%s)", blocker
+            )
+        if background and blocker is None:
+            return BackgroundValuer(self.model, validation, self.spec, game, self.recorder, said, threads)
+        return InlineValuer(self.model, validation, self.spec, game, self.recorder, said)
+
+    @property
+    def rounds(self) -> dict[int, RoundValues]:
+        """The values of the rounds valued so far, by round number."""
+        return {values.round: values for values in self.recorder.accounting.per_round()}
+
+    # ---------------------------------------------------------------- the run
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, *args: Any, **kwargs: Any) -> Result:
+        """Flower's run loop (Strategy.start, unchanged), then the backlog of values, if any."""
+        result = super().start(grid, initial_arrays, *args, **kwargs)
+        self.finish()
+        return result
+
+    def finish(self) -> None:
+        """Wait until every round's values are in the ledger (background valuation), and say where."""
+        if self._finished:
+            return
+        self._finished = True
+        if self.valuer.background:
+            flower_log(INFO, "fedsv: valuing the backlog")
+        if not self.valuer.finish():
+            flower_log(
+                ERROR, "fedsv: valuation failed; the rounds left stay pending in %s", self.recorder.path
+            )
+            return
+        valued = len(self.recorder.accounting.per_round())
+        where = f"; `fedsv report {self.recorder.path.parent}`" if self.recorder.path is not None else ""
+        flower_log(INFO, "fedsv: %d rounds valued (run %s)%s", valued, self.recorder.run_id, where)
 
     # ---------------------------------------------------------------- training: the valued part
     def configure_train(
@@ -120,8 +187,10 @@ class FedSVStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Value the round's replies, then let the wrapped strategy aggregate them, unchanged."""
+        """Value the round's replies (or hand them to the background), then let the wrapped strategy
+        aggregate them, unchanged."""
         replies = list(replies)
+        self._traffic[server_round].add(TRAIN, "up", replies)  # before: robust rules pop the arrays
         started = time.perf_counter()
         flower_round = read_round(
             server_round,
@@ -129,47 +198,28 @@ class FedSVStrategy(Strategy):
             replies,
             self.names,
             getattr(self.strategy, "weighted_by_key", "num-examples"),
+            self.name_of,
         )
-        values = self._value(flower_round)
+        values = self.valuer.value(flower_round) if flower_round.participants else None
+        if not flower_round.participants:
+            logger.warning("round %d: no reply to aggregate, nothing to value", server_round)
         valued = time.perf_counter()
         result = self.strategy.aggregate_train(server_round, replies)
         aggregated = time.perf_counter()
-        self._record(flower_round, values, replies, result[0], (aggregated - valued, valued - started))
+        self._record(flower_round, values, result[0], (aggregated - valued, valued - started))
+        if values is None and flower_round.participants:
+            self.valuer.committed(server_round)
         return result
-
-    def _value(self, flower_round: FlowerRound) -> RoundValues | None:
-        if not flower_round.participants:
-            logger.warning("round %d: no reply to aggregate, nothing to value", flower_round.round)
-            return None
-        game = RoundGame(
-            self.model,
-            flower_round.global_params,
-            flower_round.deltas,
-            flower_round.num_samples,
-            self.x_val,
-            self.y_val,
-            metric=self.metric,
-            aggregation=self.aggregation,
-            device=self.device,
-        )
-        values = self.recorder.accounting.value_round(
-            game, flower_round.participants, flower_round.round, self.spec
-        )
-        self.rounds[flower_round.round] = values
-        flower_log(INFO, "%s", round_line(values))  # shows in `flwr run --stream`
-        return values
 
     def _record(
         self,
         flower_round: FlowerRound,
         values: RoundValues | None,
-        replies: list[Message],
         arrays: ArrayRecord | None,
         seconds: tuple[float, float],
     ) -> None:
         number = flower_round.round
         traffic = self._traffic.pop(number)
-        traffic.add(TRAIN, "up", replies)
         by_node = dict(zip(flower_round.node_ids, flower_round.participants, strict=True))
         selected = [by_node.get(node, f"node-{node}") for node in self._sent.pop(number)]
         started = self._started.pop(number)
@@ -194,7 +244,7 @@ class FedSVStrategy(Strategy):
             rows,
             object_bytes(arrays) if arrays is not None else 0,
             times,
-            status=None if values is not None else RoundStatus.NOT_VALUED,
+            status=None if flower_round.participants else RoundStatus.NOT_VALUED,
         )
         counts = dict(zip(flower_round.participants, flower_round.num_samples, strict=True))
         self.recorder.commit(record, values, counts, rows, params)
@@ -217,7 +267,9 @@ class FedSVStrategy(Strategy):
         return self.recorder.accounting.totals()
 
     def close(self) -> None:
-        """Close the ledger (the run's values are already committed round by round)."""
+        """Wait for the backlog of values (finish()), stop the valuation process and close the ledger."""
+        self.finish()
+        self.valuer.close()
         self.recorder.close()
 
     def __getattr__(self, name: str) -> Any:

@@ -1,0 +1,170 @@
+"""Flower round time with and without FedSVStrategy, on Flower's deployment engine, in one sitting.
+
+Usage: python benchmarks/bench_flower.py [--nodes 8] [--rounds 4] [--pairs 2]
+
+Starts a SuperLink and --nodes SuperNodes on loopback (flwr's own commands, a private FLWR_HOME), then
+runs examples/flower --pairs times each way, alternating: `fedsv=false` (Flower's FedAvg alone) and
+`fedsv=true` (FedAvg wrapped by FedSVStrategy, valuation in the background). A round's time is the gap
+between the "[ROUND k/N]" lines of `flwr run --stream` (the last round ends at "Strategy execution
+finished"), stamped as each line arrives. Prints the median round time of each way and their ratio,
+and the wrapped run's seconds from the end of its last round to the end of its backlog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from fixtures import load_average, machine, print_table
+
+APP = Path(__file__).resolve().parents[1] / "examples" / "flower"
+ROUND = re.compile(r"\[ROUND (\d+)/(\d+)\]")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_port(port: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def _run(home: Path, ledger: Path, rounds: int, nodes: int, fedsv: bool) -> tuple[list[float], float]:
+    """(each round's seconds, seconds from the last round's end to the run's end) of one `flwr run`."""
+    config = (
+        f"num-server-rounds={rounds} min-available-nodes={nodes} fedsv={'true' if fedsv else 'false'} "
+        f"ledger='{ledger}'"
+    )
+    command = ["flwr", "run", str(APP), "bench", "--stream", "--run-config", config]
+    stamps: list[float] = []
+    finished = 0.0
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "FLWR_HOME": str(home)},
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            now = time.monotonic()
+            if ROUND.search(line):
+                stamps.append(now)
+            elif "Strategy execution finished" in line:
+                finished = now
+        end = time.monotonic()
+    if process.returncode != 0 or len(stamps) != rounds or not finished:
+        raise RuntimeError(f"flwr run failed (exit {process.returncode}, {len(stamps)} rounds seen)")
+    stamps.append(finished)
+    return [b - a for a, b in itertools.pairwise(stamps)], end - finished
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=2)
+    args = parser.parse_args(argv)
+    if shutil.which("flower-superlink") is None:
+        print("flwr is not installed (pip install 'fedsv[flower]')", file=sys.stderr)
+        return 2
+    print(f"command: {' '.join(sys.argv)}\nmachine: {machine()}\nload before: {load_average()}")
+    work = Path(tempfile.mkdtemp(prefix="fedsv-bench-flower-"))
+    port = _free_port()
+    (work / "home").mkdir()
+    federation = f'[superlink.bench]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
+    (work / "home" / "config.toml").write_text(f'[superlink]\ndefault = "bench"\n\n{federation}')
+    servers: list[subprocess.Popen[bytes]] = []
+    log = open(work / "servers.log", "wb")  # noqa: SIM115 (closed in finally)
+    try:
+        servers.append(
+            subprocess.Popen(
+                [
+                    "flower-superlink",
+                    "--insecure",
+                    "--disable-runtime-dependency-installation",
+                    "--port",
+                    str(port),
+                ],
+                cwd=work,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        _wait_for_port(port, time.monotonic() + 120)
+        for i in range(args.nodes):
+            node_config = f"partition-id={i} num-partitions={args.nodes}"
+            servers.append(
+                subprocess.Popen(
+                    [
+                        "flower-supernode",
+                        "--insecure",
+                        "--superlink",
+                        f"127.0.0.1:{port}",
+                        "--port",
+                        str(_free_port()),
+                        "--node-config",
+                        node_config,
+                    ],
+                    cwd=work,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        rounds: dict[str, list[float]] = {"FedAvg": [], "FedSVStrategy(FedAvg)": []}
+        backlog: list[float] = []
+        for pair in range(args.pairs):
+            for fedsv in (pair % 2 == 1, pair % 2 == 0):  # alternate which way goes first
+                times, tail = _run(work / "home", work / "runs", args.rounds, args.nodes, fedsv)
+                rounds["FedSVStrategy(FedAvg)" if fedsv else "FedAvg"].extend(times)
+                if fedsv:
+                    backlog.append(tail)
+                print(
+                    f"pair {pair + 1}: {'fedsv' if fedsv else 'plain'} rounds "
+                    + ", ".join(f"{t:.1f}" for t in times),
+                    flush=True,
+                )
+    finally:
+        for server in reversed(servers):
+            server.terminate()
+        for server in servers:
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        log.close()
+    plain = statistics.median(rounds["FedAvg"])
+    rows = [
+        [name, str(len(times)), f"{statistics.median(times):.2f}", f"{statistics.median(times) / plain:.3f}x"]
+        for name, times in rounds.items()
+    ]
+    print(
+        f"\nFlower {args.nodes} SuperNodes, deployment engine, examples/flower (the paper's MLP), "
+        f"{args.rounds} rounds x {args.pairs} runs each"
+    )
+    print_table(["strategy", "rounds", "median round s", "vs FedAvg"], rows)
+    print(f"wrapped runs: last round's end to the backlog's end, median {statistics.median(backlog):.2f} s")
+    print(f"load after: {load_average()}; work files in {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

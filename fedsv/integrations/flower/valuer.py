@@ -1,0 +1,174 @@
+"""How the Flower wrapper values a round: inline in aggregate_train, or off the round's path.
+
+In the background (the default with a ledger) a round's inputs are written durably beside the ledger,
+the round is committed as pending, and the coordinator's own ValuationWorker values it in a spawned,
+idle-priority process; values reach the ledger in round order, and the run's end waits for the
+backlog. Inline (no ledger, or background=False) the round is valued before Flower's aggregate.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+from torch import nn
+
+from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.coordinator.pending import PendingRound, PendingStore
+from fedsv.coordinator.valuation_process import GivenSetup
+from fedsv.coordinator.valuation_worker import ValuationWorker
+from fedsv.fl.evaluation import EvalSet
+from fedsv.fl.updates import ClientUpdate
+from fedsv.integrations.flower.recorder import RunRecorder
+from fedsv.integrations.flower.replies import FlowerRound
+from fedsv.valuation import RoundValues, ValuationSpec
+from fedsv.valuation.round_valuation import GameSettings, value_updates
+
+logger = logging.getLogger(__name__)
+
+
+def _updates(flower_round: FlowerRound) -> list[ClientUpdate]:
+    return [
+        ClientUpdate(pid, delta, n)
+        for pid, delta, n in zip(
+            flower_round.participants, flower_round.deltas, flower_round.num_samples, strict=True
+        )
+    ]
+
+
+class Valuer(ABC):
+    """Values the rounds of one Flower run into the recorder's accounting."""
+
+    background: bool
+
+    def __init__(
+        self, model: nn.Module, validation: EvalSet, spec: ValuationSpec, game: GameSettings
+    ) -> None:
+        self.model, self.validation, self.spec, self.game = model, validation, spec, game
+
+    @abstractmethod
+    def value(self, flower_round: FlowerRound) -> RoundValues | None:
+        """The round's values now, or None when they follow (call committed() once the round is in)."""
+
+    @abstractmethod
+    def committed(self, number: int) -> None:
+        """Round `number` is in the ledger."""
+
+    @abstractmethod
+    def finish(self) -> bool:
+        """Wait until every round has its values; False if valuation failed."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop (rounds not valued yet stay pending in the ledger, their inputs on disk)."""
+
+
+class InlineValuer(Valuer):
+    """Values each round in aggregate_train, before Flower aggregates it."""
+
+    background = False
+
+    def __init__(
+        self,
+        model: nn.Module,
+        validation: EvalSet,
+        spec: ValuationSpec,
+        game: GameSettings,
+        recorder: RunRecorder,
+        on_valued: Callable[[RoundValues], None],
+    ) -> None:
+        super().__init__(model, validation, spec, game)
+        self.recorder, self.on_valued = recorder, on_valued
+
+    def value(self, flower_round: FlowerRound) -> RoundValues:
+        values = value_updates(
+            self.model,
+            flower_round.global_params,
+            _updates(flower_round),
+            self.validation,
+            flower_round.round,
+            self.spec,
+            self.recorder.accounting,
+            self.game,
+        )
+        self.on_valued(values)
+        return values
+
+    def committed(self, number: int) -> None:
+        """Nothing follows: the round was valued before its commit."""
+
+    def finish(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Nothing runs in the background."""
+
+
+class BackgroundValuer(Valuer):
+    """The coordinator's pipelined valuation: PendingStore + ValuationWorker, lagging, never degrading."""
+
+    background = True
+
+    def __init__(
+        self,
+        model: nn.Module,
+        validation: EvalSet,
+        spec: ValuationSpec,
+        game: GameSettings,
+        recorder: RunRecorder,
+        on_valued: Callable[[RoundValues], None],
+        threads: int = 0,
+    ) -> None:
+        super().__init__(model, validation, spec, game)
+        assert recorder.ledger is not None and recorder.path is not None
+        self.store = PendingStore(recorder.path.parent / "pending" / recorder.run_id)
+        metrics = recorder.metrics if recorder.metrics is not None else CoordinatorMetrics()
+        self.worker = ValuationWorker(
+            GivenSetup(model, validation),
+            game,
+            lambda _: spec,
+            recorder.accounting,
+            recorder.ledger,
+            metrics,
+            self.store,
+            threads=threads,
+            on_valued=on_valued,
+        )
+        self.worker.warm_up()
+
+    def value(self, flower_round: FlowerRound) -> None:
+        """Write the round's inputs durably (before the ledger says "pending")."""
+        self.store.save(PendingRound(flower_round.round, flower_round.global_params, _updates(flower_round)))
+        return None
+
+    def committed(self, number: int) -> None:
+        self.worker.submit(number)
+
+    def finish(self) -> bool:
+        return self.worker.drain(threading.Event())
+
+    def close(self) -> None:
+        self.worker.close()
+
+    @property
+    def error(self) -> str:
+        return self.worker.error
+
+
+def background_blocker(model: nn.Module, validation: EvalSet, game: GameSettings) -> str | None:
+    """Why the valuation process could not be handed the model, data and settings, or None when it can:
+    they must pickle, and by reference to modules the process can import (not the parent's __main__,
+    which it does not run)."""
+    in_main = [type(layer).__name__ for layer in model.modules() if type(layer).__module__ == "__main__"]
+    if getattr(game.metric, "__module__", None) == "__main__":
+        in_main.append(getattr(game.metric, "__name__", "the metric"))
+    if in_main:
+        return f"{in_main[0]} is defined in __main__; define it in a module to value in the background"
+    try:
+        pickle.dumps((GivenSetup(model, validation), game))
+    except Exception as exc:  # anything pickle raises: a lambda metric, a local class, an open handle
+        return f"{type(exc).__name__}: {exc}"
+    return None
