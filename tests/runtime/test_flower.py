@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("flwr", reason="the fedsv[flower] extra is not installed")
 
-from flwr.app import ArrayRecord, Message
+from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import (
     FedAdam,
@@ -247,7 +247,9 @@ def test_robust_strategies_are_valued_against_flowers_own_aggregate(
     assert len(rows) == 6 and len({len(line) for line in rows}) == 1
 
 
-def test_the_app_runs_twice_into_one_ledger_folder(tmp_path: Path) -> None:
+def test_the_app_runs_twice_into_one_ledger_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Each app run is a new run in its own directory under ledger=; `fedsv report FOLDER` lists them
     and reports the latest, named by the ClientApp's fedsv_names mod."""
     ids = []
@@ -270,6 +272,12 @@ def test_the_app_runs_twice_into_one_ledger_folder(tmp_path: Path) -> None:
     report = build_report(tmp_path / "flower")
     assert report["run_id"] == ids[1]
     assert set(report["totals"]["fedsv"]) == {"p000", "p001", "p002"}
+    from fedsv.app.cli import main
+
+    assert main(["report", str(tmp_path / "flower")]) == 0
+    out, err = capsys.readouterr()
+    assert f"run {ids[1]}:" in out and "2 runs in" in err
+    assert [line.split()[0] for line in err.splitlines()[1:]] == [ids[0], "*"]
 
 
 def test_a_model_defined_in_main_is_valued_inline_and_says_why(
@@ -292,3 +300,37 @@ def test_a_model_defined_in_main_is_valued_inline_and_says_why(
         )
     finally:
         wrapped.close()
+
+
+@pytest.mark.parametrize(
+    ("node_config", "expected"),
+    [
+        ({"partition-id": 7, "num-partitions": 10}, "p007"),
+        ({"partition-id": 7, "fedsv-name": "hospital-a"}, "hospital-a"),
+        ({}, None),  # nothing to name it by: the server falls back to node-<id>
+    ],
+)
+def test_the_names_mod_puts_the_node_name_in_training_replies(
+    node_config: dict[str, int | str], expected: str | None
+) -> None:
+    from flwr.app import Context, RecordDict
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedsv.integrations.flower import fedsv_names
+    from fedsv.integrations.flower.replies import client_id
+
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID  # as a run sets
+    context = Context(run_id=1, node_id=5, node_config=node_config, state=RecordDict(), run_config={})  # type: ignore[arg-type]
+    for message_type, named in (("train", expected), ("evaluate", None)):
+        msg = Message(content=RecordDict(), dst_node_id=5, message_type=message_type)
+
+        def reply(message: Message, _: Context) -> Message:
+            return Message(
+                content=RecordDict({"metrics": MetricRecord({"num-examples": 3})}), reply_to=message
+            )
+
+        out = fedsv_names(msg, context, reply)
+        assert ("fedsv" in out.content.config_records) == (named is not None)
+        if named is not None:
+            assert client_id(out) == named
