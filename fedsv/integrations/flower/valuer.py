@@ -45,9 +45,16 @@ class Valuer(ABC):
     background: bool
 
     def __init__(
-        self, model: nn.Module, validation: EvalSet, spec: ValuationSpec, game: GameSettings
+        self,
+        model: nn.Module,
+        validation: EvalSet,
+        spec: ValuationSpec,
+        game: GameSettings,
+        recorder: RunRecorder,
+        on_valued: Callable[[RoundValues], None],
     ) -> None:
         self.model, self.validation, self.spec, self.game = model, validation, spec, game
+        self.recorder, self.on_valued = recorder, on_valued
 
     @abstractmethod
     def value(self, flower_round: FlowerRound) -> RoundValues | None:
@@ -70,18 +77,6 @@ class InlineValuer(Valuer):
     """Values each round in aggregate_train, before Flower aggregates it."""
 
     background = False
-
-    def __init__(
-        self,
-        model: nn.Module,
-        validation: EvalSet,
-        spec: ValuationSpec,
-        game: GameSettings,
-        recorder: RunRecorder,
-        on_valued: Callable[[RoundValues], None],
-    ) -> None:
-        super().__init__(model, validation, spec, game)
-        self.recorder, self.on_valued = recorder, on_valued
 
     def value(self, flower_round: FlowerRound) -> RoundValues:
         values = value_updates(
@@ -122,9 +117,10 @@ class BackgroundValuer(Valuer):
         on_valued: Callable[[RoundValues], None],
         threads: int = 0,
     ) -> None:
-        super().__init__(model, validation, spec, game)
+        super().__init__(model, validation, spec, game, recorder, on_valued)
         assert recorder.ledger is not None and recorder.path is not None
-        self.store = PendingStore(recorder.path.parent / "pending" / recorder.run_id)
+        # beside the ledger file: <run dir>/ledger.pending/, or <name>.pending/ for a <name>.sqlite
+        self.store = PendingStore(recorder.path.with_suffix(".pending"))
         metrics = recorder.metrics if recorder.metrics is not None else CoordinatorMetrics()
         self.worker = ValuationWorker(
             GivenSetup(model, validation),
