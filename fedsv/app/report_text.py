@@ -17,7 +17,8 @@ def _name_width(rows: list[dict[str, Any]]) -> int:
 
 def format_runs(runs: list[RunDir], chosen: Path) -> str:
     """A folder's runs, oldest first, the reported one marked."""
-    lines = [f"{len(runs)} runs in {chosen.parent} (oldest first); reporting the one marked *:"]
+    count = f"{len(runs)} runs" if len(runs) != 1 else "1 run"
+    lines = [f"{count} in {chosen.parent} (oldest first); reporting the one marked *:"]
     for run in runs:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at))
         mark = "*" if run.path == chosen else " "

@@ -241,6 +241,8 @@ class ValuationWorker:
         self._ledger.commit_values(number, value_rows(values), summary, class_rows(values))
         self._accounting.add_round(values)
         self._store.remove(number)
+        if self._on_valued is not None:  # before drain() can see the round done
+            self._on_valued(values)
         with self._changed:
             self._sizes.pop(number, None)
             backlog = len(self._sizes)
@@ -260,8 +262,6 @@ class ValuationWorker:
             time.time() - started,
             record.valuation_lag_seconds,
         )
-        if self._on_valued is not None:
-            self._on_valued(values)
         if self._completing:
             try:
                 self._complete()
