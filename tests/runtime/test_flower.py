@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 pytest.importorskip("flwr", reason="the fedsv[flower] extra is not installed")
 
 from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import (
     FedAdam,
@@ -334,3 +336,58 @@ def test_the_names_mod_puts_the_node_name_in_training_replies(
         assert ("fedsv" in out.content.config_records) == (named is not None)
         if named is not None:
             assert client_id(out) == named
+
+
+def _hostile_app(count_of: Callable[[int], float], name: str | None) -> ClientApp:
+    """The example's ClientApp, except that each node reports count_of(partition) examples and, when
+    `name` is given, claims that name in every training reply."""
+    from fedsv_flower import client_app as example
+    from flwr.app import ConfigRecord, Context
+
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        reply = example.train(msg, context)
+        metrics = reply.content["metrics"]
+        metrics["num-examples"] = count_of(int(context.node_config["partition-id"]))
+        if name is not None:
+            reply.content["fedsv"] = ConfigRecord({"participant-id": name})
+        return reply
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        return example.evaluate(msg, context)
+
+    return app
+
+
+def _one_round(app: ClientApp, ledger: Path) -> FedSVStrategy:
+    wrapped = FedSVStrategy(
+        FedAvg(min_available_nodes=3), task.model(), validation=_validation(), ledger=ledger, background=False
+    )
+    random.seed(0)
+    run_federation(
+        app,
+        3,
+        lambda grid: wrapped.start(
+            grid=grid, initial_arrays=ArrayRecord(task.model().state_dict()), num_rounds=1
+        ),
+    )
+    wrapped.close()
+    return wrapped
+
+
+def test_a_reply_it_cannot_value_leaves_the_round_recorded_not_valued(tmp_path: Path) -> None:
+    """A node reporting a count FedSV cannot use does not stop Flower's run: the round is recorded,
+    not valued, and the log says why."""
+    wrapped = _one_round(_hostile_app(lambda p: 2.5 if p == 1 else 750, None), tmp_path)
+    assert wrapped.rounds == {}
+    report = build_report(tmp_path)
+    assert [(r["round"], r["status"]) for r in report["rounds"]] == [(1, "not_valued")]
+
+
+def test_a_name_claimed_by_several_replies_goes_to_none_of_them(tmp_path: Path) -> None:
+    wrapped = _one_round(_hostile_app(lambda p: 750, "p000"), tmp_path)
+    names = wrapped.rounds[1].participants
+    assert len(names) == 3 and all(name.startswith("p000@node-") for name in names)

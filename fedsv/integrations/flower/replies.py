@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -12,6 +13,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from torch import Tensor
 
 from fedsv.fl.ranks import participant_id
+
+logger = logging.getLogger(__name__)
 
 ID_KEYS = ("participant-id", "partition-id")
 """Reply metrics (or config) keys that name a client, first found wins; else its Flower node id."""
@@ -81,7 +84,11 @@ def read_round(
     weighted_by_key: str,
     name_of: NameOf | None = None,
 ) -> FlowerRound:
-    """Deltas (reply arrays - global arrays) and example counts of the replies FedAvg aggregates."""
+    """Deltas (reply arrays - global arrays) and example counts of the replies FedAvg aggregates.
+
+    ValueError for a reply that cannot be valued (not one ArrayRecord and one MetricRecord, a missing
+    or misshapen tensor, a count that is not an integer >= 1). A name claimed by several replies is
+    given to none of them: each becomes <name>@node-<node id>."""
     global_params = state_of(global_arrays, names)
     ids: list[str] = []
     nodes: list[int] = []
@@ -101,11 +108,15 @@ def read_round(
         if not isinstance(count, int | float) or not count > 0 or not float(count).is_integer():
             raise ValueError(f"node {node} reported {weighted_by_key}={count!r}; FedSV needs a count >= 1")
         local = state_of(arrays, names)
+        wrong = [n for n in names if local[n].shape != global_params[n].shape]
+        if wrong:
+            raise ValueError(f"node {node} replied {wrong[0]} of shape {tuple(local[wrong[0]].shape)}")
         deltas.append({n: local[n] - global_params[n] for n in names})
         counts.append(int(count))
         nodes.append(node)
         ids.append(client_id(message, name_of))
-    duplicates = sorted(p for p, n in Counter(ids).items() if n > 1)
-    if duplicates:
-        raise ValueError(f"round {server_round}: several replies name the client(s) {duplicates}")
+    claimed = {p for p, n in Counter(ids).items() if n > 1}
+    if claimed:  # names are the clients' own claims: none may take another's value
+        logger.warning("round %d: several replies claim the name(s) %s", server_round, sorted(claimed))
+        ids = [f"{pid}@node-{node}" if pid in claimed else pid for pid, node in zip(ids, nodes, strict=True)]
     return FlowerRound(server_round, ids, nodes, deltas, counts, global_params, failed)

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterable
-from logging import ERROR, INFO
+from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -192,17 +192,23 @@ class FedSVStrategy(Strategy):
         replies = list(replies)
         self._traffic[server_round].add(TRAIN, "up", replies)  # before: robust rules pop the arrays
         started = time.perf_counter()
-        flower_round = read_round(
-            server_round,
-            self._arrays.pop(server_round),
-            replies,
-            self.names,
-            getattr(self.strategy, "weighted_by_key", "num-examples"),
-            self.name_of,
-        )
+        arrays = self._arrays.pop(server_round)
+        try:
+            flower_round = read_round(
+                server_round,
+                arrays,
+                replies,
+                self.names,
+                getattr(self.strategy, "weighted_by_key", "num-examples"),
+                self.name_of,
+            )
+        except ValueError as exc:  # a reply fedsv cannot value: the round is recorded, not valued
+            flower_log(WARNING, "fedsv: round %d not valued: %s", server_round, exc)
+            flower_round = FlowerRound(server_round, [], [], [], [], state_of(arrays, self.names), [])
+        else:
+            if not flower_round.participants:
+                logger.warning("round %d: no reply to aggregate, nothing to value", server_round)
         values = self.valuer.value(flower_round) if flower_round.participants else None
-        if not flower_round.participants:
-            logger.warning("round %d: no reply to aggregate, nothing to value", server_round)
         valued = time.perf_counter()
         result = self.strategy.aggregate_train(server_round, replies)
         aggregated = time.perf_counter()
