@@ -1,4 +1,4 @@
-"""The ServerApp: FedAvg, wrapped by FedSVStrategy (the two fedsv lines are marked; fedsv=false skips them)."""
+"""The ServerApp: FedAvg wrapped by FedSVStrategy (the two fedsv lines are marked; fedsv=false skips them)."""
 
 from __future__ import annotations
 
