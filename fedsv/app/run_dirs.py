@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedsv.ledger import Ledger, LedgerError
-
-LEDGER_NAME = "ledger.sqlite"
+from fedsv.ledger import LEDGER_FILE, Ledger, LedgerError
 
 
 @dataclass(frozen=True)
@@ -22,7 +20,7 @@ class RunDir:
 
 def _describe(directory: Path) -> RunDir | None:
     try:
-        with Ledger(directory / LEDGER_NAME, read_only=True) as ledger:
+        with Ledger(directory / LEDGER_FILE, read_only=True) as ledger:
             run = ledger.run_config()
             started = ledger.run_started_at()
             rounds = len(ledger.rounds())
@@ -35,7 +33,7 @@ def _describe(directory: Path) -> RunDir | None:
 
 def runs_under(folder: Path) -> list[RunDir]:
     """The run directories directly under `folder`, oldest first."""
-    found = [_describe(child) for child in sorted(folder.iterdir()) if (child / LEDGER_NAME).is_file()]
+    found = [_describe(child) for child in sorted(folder.iterdir()) if (child / LEDGER_FILE).is_file()]
     return sorted((run for run in found if run is not None), key=lambda run: (run.started_at, run.run_id))
 
 
@@ -47,13 +45,13 @@ def resolve_run(path: str | Path) -> tuple[Path, list[RunDir]]:
     directory = Path(path)
     if not directory.is_dir():
         raise ValueError(f"run directory {directory} does not exist")
-    ledger = directory / LEDGER_NAME
+    ledger = directory / LEDGER_FILE
     if ledger.is_file():
         return ledger, []
     runs = runs_under(directory)
     if not runs:
         raise ValueError(
-            f"no {LEDGER_NAME} in {directory} or in its subdirectories: not a run directory (fedsv launch "
+            f"no {LEDGER_FILE} in {directory} or in its subdirectories: not a run directory (fedsv launch "
             "--out), a coordinator's --state-dir or a Flower ledger folder"
         )
-    return runs[-1].path / LEDGER_NAME, runs
+    return runs[-1].path / LEDGER_FILE, runs

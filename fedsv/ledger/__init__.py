@@ -12,10 +12,11 @@ from fedsv.ledger.records import (
     ValuationSummary,
     ValueRow,
 )
-from fedsv.ledger.store import Ledger
+from fedsv.ledger.store import LEDGER_FILE, Ledger
 from fedsv.ledger.valuation_view import class_rows, federated_valuation, valuation_summary, value_rows
 
 __all__ = [
+    "LEDGER_FILE",
     "Checkpoint",
     "ClassValueRow",
     "Ledger",

@@ -27,6 +27,9 @@ from fedsv.ledger.records import (
 
 logger = logging.getLogger(__name__)
 
+LEDGER_FILE = "ledger.sqlite"
+"""A run directory's ledger (fedsv launch --out, a coordinator's --state-dir, a Flower run's folder)."""
+
 __all__ = ["Ledger", "LedgerError"]
 
 

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.ledger import (
+    LEDGER_FILE,
     Checkpoint,
     Ledger,
     RoundRecord,
@@ -25,8 +26,6 @@ from fedsv.ledger import (
 from fedsv.valuation import FederatedValuation, RoundValues
 
 logger = logging.getLogger(__name__)
-
-LEDGER_NAME = "ledger.sqlite"  # what `fedsv report DIR` opens
 
 
 def new_run_id() -> str:
@@ -43,7 +42,7 @@ def ledger_file(path: str | Path, run_id: str) -> Path:
         return target
     run_dir = target / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir / LEDGER_NAME
+    return run_dir / LEDGER_FILE
 
 
 class RunRecorder:

@@ -8,7 +8,6 @@ backlog. Inline (no ledger, or background=False) the round is valued before Flow
 
 from __future__ import annotations
 
-import logging
 import pickle
 import threading
 from abc import ABC, abstractmethod
@@ -26,8 +25,6 @@ from fedsv.integrations.flower.recorder import RunRecorder
 from fedsv.integrations.flower.replies import FlowerRound
 from fedsv.valuation import RoundValues, ValuationSpec
 from fedsv.valuation.round_valuation import GameSettings, value_updates
-
-logger = logging.getLogger(__name__)
 
 
 def _updates(flower_round: FlowerRound) -> list[ClientUpdate]:
