@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import operator
 
 import torch
 import torch.nn.functional as F
@@ -51,24 +50,26 @@ def _chain(module: fx.GraphModule) -> list[fx.Node] | None:
     return nodes[1:-1]
 
 
+class _Recording(fx.Interpreter):
+    """torch.fx's own interpreter, keeping every node's output."""
+
+    def __init__(self, module: fx.GraphModule) -> None:
+        super().__init__(module)
+        self.values: dict[fx.Node, object] = {}
+
+    def run_node(self, n: fx.Node) -> object:
+        self.values[n] = value = super().run_node(n)
+        return value
+
+
 def _outputs(module: fx.GraphModule, chain: list[fx.Node], x: Tensor) -> list[Tensor]:
-    """Every chain node's output on x, in order (an interpreter over the graph)."""
-    env: dict[fx.Node, Tensor] = {next(iter(module.graph.nodes)): x}
-    outputs = []
-    for node in chain:
-        args = fx.node.map_arg(node.args, lambda n: env[n])
-        kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
-        if node.op == "call_module":
-            value = module.get_submodule(str(node.target))(*args, **kwargs)
-        elif node.op == "call_method":
-            value = getattr(args[0], str(node.target))(*args[1:], **kwargs)
-        elif node.op == "call_function" and node.target is not operator.getitem:
-            value = node.target(*args, **kwargs)  # type: ignore[operator]
-        else:
-            raise ValueError(node.op)
-        env[node] = value
-        outputs.append(value)
-    return outputs
+    """Every chain node's output on x, in order."""
+    recording = _Recording(module)
+    recording.run(x)
+    outputs = [recording.values[node] for node in chain]
+    if not all(isinstance(value, Tensor) for value in outputs):
+        raise ValueError("a step of the head does not return one tensor")
+    return outputs  # type: ignore[return-value]
 
 
 def as_chain(module: fx.GraphModule, stem_output: Tensor) -> tuple[nn.Sequential, dict[str, str]] | None:
