@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import threading
@@ -164,6 +165,7 @@ class RankWorker:
                 kind = event.WhichOneof("kind")
                 if kind == "end":
                     logger.info("rank %d: run ended (%s)", self.rank, event.end.reason)
+                    await _let_close(call)
                     return str(event.end.reason or "finished")
                 if kind == "task":
                     task, received = event.task, 0
@@ -254,3 +256,15 @@ class RankWorker:
         """One SubmitUpdate call streaming `messages` (tests replace it to stall an upload)."""
         reply: fedsv_pb2.SubmitReply = await stub.SubmitUpdate(messages, timeout=timeout, metadata=metadata)
         return reply
+
+
+END_CLOSE_WAIT = 30.0  # seconds to let the coordinator close the task stream after the run's end
+
+
+async def _let_close(call: Any) -> None:
+    """Let the coordinator close the task stream it just sent the run's end on, rather than cancel it:
+    the coordinator counts this participant as told only once the stream's generator resumes after
+    the end, and a cancel racing that step leaves it waiting out its --end-grace."""
+    # A coordinator that keeps the stream open, or drops it: the end was read all the same.
+    with contextlib.suppress(TimeoutError, grpc.RpcError):
+        await asyncio.wait_for(call.code(), END_CLOSE_WAIT)

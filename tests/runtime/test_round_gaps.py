@@ -144,6 +144,10 @@ def test_participants_reconnecting_after_the_end_read_it_and_finish(tmp_path: Pa
         for thread in threads:
             thread.join(timeout=180)
         assert results == {0: "finished", 1: "finished"}
+        # A participant lets the coordinator close the stream that carried the end instead of
+        # cancelling it, so it is counted as told before its worker returns (a cancel racing the
+        # stream's last step once left the coordinator waiting out its grace).
+        assert restarted.state.board.told_end == {"p000", "p001"}
         loop.join(timeout=180)  # told everyone: it returns long before the 600 s grace
         assert outcome == ["finished"]
     finally:
