@@ -263,3 +263,28 @@ def test_a_finished_run_recorded_before_newer_settings_existed_is_reused(tmp_pat
             )
     assert _finished(tmp_path, run) is not None
     assert _finished(tmp_path, replace(run, metric="neg_loss")) is None  # a setting that differs
+
+
+def test_a_run_stopped_before_its_backlog_was_valued_is_resumed_not_reused(tmp_path: Path) -> None:
+    """All rounds trained but one still awaiting its values (the study was stopped while the run's
+    valuation lagged): not finished, so not reused; recorded, so the runner resumes it."""
+    from fedsv.app.study.runner import _finished, _recorded
+    from fedsv.coordinator.config import RunConfig
+    from fedsv.ledger import Checkpoint, Ledger, RoundStatus
+
+    run = RunConfig(participants=4, fraction=0.5, rounds=3, valuation="exact")
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-1", run.to_dict())
+        for n in (1, 2):
+            ledger.commit_round(
+                make_record(n, ["p000", "p001"], ["p000", "p001"]), [], [], Checkpoint(n, b"w", "{}")
+            )
+    recorded = _recorded(tmp_path, run)
+    assert recorded is not None and not recorded.finished and recorded.pending == 0  # a round short
+    pending = replace(make_record(3, ["p000", "p001"], ["p000", "p001"]), status=RoundStatus.PENDING)
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.commit_round(pending, [], [], Checkpoint(3, b"w", "{}"))
+    recorded = _recorded(tmp_path, run)
+    assert recorded is not None and len(recorded.rounds) == 3 and recorded.pending == 1
+    assert not recorded.finished and _finished(tmp_path, run) is None
+    assert _recorded(tmp_path, replace(run, seed=1)) is None  # another run's ledger: started afresh

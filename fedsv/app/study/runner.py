@@ -67,8 +67,27 @@ class RunResult:
         return decode_params(checkpoint.global_params)
 
 
-def _finished(directory: Path, run: RunConfig) -> RunResult | None:
-    """The run recorded in `directory` if it is this very run and finished; None otherwise."""
+@dataclass(frozen=True)
+class Recorded:
+    """What `directory`'s ledger holds of this very run (same settings), finished or not."""
+
+    rounds: list[RoundRecord]
+    values: list[ValueRow]
+    total: int  # the rounds the run has in all
+
+    @property
+    def pending(self) -> int:
+        """Committed rounds whose values are still to come."""
+        return sum(record.pending for record in self.rounds)
+
+    @property
+    def finished(self) -> bool:
+        """Every round trained and valued: what a study may reuse."""
+        return len(self.rounds) >= self.total and not self.pending
+
+
+def _recorded(directory: Path, run: RunConfig) -> Recorded | None:
+    """This very run as `directory`'s ledger records it; None when there is none, or another run's."""
     path = directory / "ledger.sqlite"
     if not path.is_file():
         return None
@@ -78,9 +97,17 @@ def _finished(directory: Path, run: RunConfig) -> RunResult | None:
             rounds, values = ledger.rounds(), ledger.values()
     except LedgerError:
         return None
-    if recorded is None or len(rounds) < run.rounds or _as_recorded(recorded[1]) != run.to_dict():
+    if recorded is None or _as_recorded(recorded[1]) != run.to_dict():
         return None
-    return RunResult(directory, rounds, values, 0.0)
+    return Recorded(rounds, values, run.rounds)
+
+
+def _finished(directory: Path, run: RunConfig) -> RunResult | None:
+    """The run recorded in `directory` if it is this very run and finished, every round valued."""
+    recorded = _recorded(directory, run)
+    if recorded is None or not recorded.finished:
+        return None
+    return RunResult(directory, recorded.rounds, recorded.values, 0.0)
 
 
 def _as_recorded(recorded: dict[str, Any]) -> dict[str, Any] | None:
@@ -92,9 +119,13 @@ def _as_recorded(recorded: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
-def _clear(directory: Path) -> None:
-    """Remove what an unfinished or different earlier run left, so the new one starts afresh."""
-    for name in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "coordinator.port"):
+def _clear(directory: Path, keep_ledger: bool = False) -> None:
+    """Remove what a different earlier run left, so the new one starts afresh; with `keep_ledger`, only
+    the logs and the port file, so the coordinator resumes this run from its ledger."""
+    names = ["coordinator.port"]
+    if not keep_ledger:
+        names += ["ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"]
+    for name in names:
         (directory / name).unlink(missing_ok=True)
     for log in directory.glob("*.log"):
         log.unlink()
@@ -132,17 +163,26 @@ class Runner:
         self._active: set[Launch] = set()
 
     def run(self, run: RunConfig, directory: Path, label: str) -> RunResult:
-        """One run into `directory`; an identical finished run already there is reused, not re-run."""
-        done = _finished(directory, run)
-        if done is not None:
+        """One run into `directory`; an identical finished run already there is reused, not re-run, and
+        an identical unfinished one (stopped mid-training, or before its backlog was valued) resumes
+        from its ledger: nothing it recorded is trained or valued again."""
+        before = _recorded(directory, run)
+        if before is not None and before.finished:
             with self._lock:
                 self.reused += 1
             self.report(f"  {label}: reusing the finished run in {directory}")
             if not (directory / "report.json").is_file():
                 write_outputs(directory)
-            return done
+            return RunResult(directory, before.rounds, before.values, 0.0)
         directory.mkdir(parents=True, exist_ok=True)
-        _clear(directory)
+        if before is None:
+            _clear(directory)
+        else:
+            self.report(
+                f"  {label}: resuming the unfinished run in {directory} ({len(before.rounds)} of "
+                f"{run.rounds} rounds trained, {before.pending} awaiting values)"
+            )
+            _clear(directory, keep_ledger=True)
         processes = min(self.processes, run.participants)
         launch_config = LaunchConfig(
             out=str(directory),
