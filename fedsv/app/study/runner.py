@@ -212,6 +212,7 @@ class Runner:
             raise StudyError(
                 f"{label}: the run in {directory} failed (coordinator exit code {code}); "
                 f"see {directory}/coordinator.log"
+                + ("" if before is None else "; remove that directory to run it afresh instead of resuming")
             )
         result = RunResult(result.directory, result.rounds, result.values, seconds)
         write_outputs(directory)
