@@ -25,7 +25,13 @@ from fedsv.integrations.flower.recorder import RunRecorder
 from fedsv.integrations.flower.replies import FlowerRound, NameOf, read_round, state_of
 from fedsv.integrations.flower.rules import aggregation_rule
 from fedsv.integrations.flower.traffic import RoundTraffic, object_bytes
-from fedsv.integrations.flower.valuer import BackgroundValuer, InlineValuer, Valuer, background_blocker
+from fedsv.integrations.flower.valuer import (
+    BackgroundValuer,
+    InlineValuer,
+    Valuer,
+    ValuerInputs,
+    background_blocker,
+)
 from fedsv.ledger import RoundStatus, RoundTimes, build_round_record
 from fedsv.task.interface import Task
 from fedsv.valuation import RoundValues, ValuationSpec
@@ -139,9 +145,10 @@ class FedSVStrategy(Strategy):
             flower_log(
                 INFO, "fedsv: valuing inline: the valuation process cannot get the model (%s)", blocker
             )
+        inputs = ValuerInputs(self.model, validation, self.spec, game, self.recorder, said)
         if background and blocker is None:
-            return BackgroundValuer(self.model, validation, self.spec, game, self.recorder, said, threads)
-        return InlineValuer(self.model, validation, self.spec, game, self.recorder, said)
+            return BackgroundValuer(inputs, threads)
+        return InlineValuer(inputs)
 
     @property
     def rounds(self) -> dict[int, RoundValues]:

@@ -12,6 +12,7 @@ import pickle
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from torch import nn
 
@@ -36,22 +37,26 @@ def _updates(flower_round: FlowerRound) -> list[ClientUpdate]:
     ]
 
 
+@dataclass(frozen=True)
+class ValuerInputs:
+    """What a valuer values a round with, and where its values go (the recorder's accounting, then
+    `on_valued`)."""
+
+    model: nn.Module
+    validation: EvalSet
+    spec: ValuationSpec
+    game: GameSettings
+    recorder: RunRecorder
+    on_valued: Callable[[RoundValues], None]
+
+
 class Valuer(ABC):
     """Values the rounds of one Flower run into the recorder's accounting."""
 
     background: bool
 
-    def __init__(
-        self,
-        model: nn.Module,
-        validation: EvalSet,
-        spec: ValuationSpec,
-        game: GameSettings,
-        recorder: RunRecorder,
-        on_valued: Callable[[RoundValues], None],
-    ) -> None:
-        self.model, self.validation, self.spec, self.game = model, validation, spec, game
-        self.recorder, self.on_valued = recorder, on_valued
+    def __init__(self, inputs: ValuerInputs) -> None:
+        self.inputs = inputs
 
     @abstractmethod
     def value(self, flower_round: FlowerRound) -> RoundValues | None:
@@ -76,17 +81,18 @@ class InlineValuer(Valuer):
     background = False
 
     def value(self, flower_round: FlowerRound) -> RoundValues:
+        given = self.inputs
         values = value_updates(
-            self.model,
+            given.model,
             flower_round.global_params,
             _updates(flower_round),
-            self.validation,
+            given.validation,
             flower_round.round,
-            self.spec,
-            self.recorder.accounting,
-            self.game,
+            given.spec,
+            given.recorder.accounting,
+            given.game,
         )
-        self.on_valued(values)
+        given.on_valued(values)
         return values
 
     def committed(self, number: int) -> None:
@@ -104,31 +110,23 @@ class BackgroundValuer(Valuer):
 
     background = True
 
-    def __init__(
-        self,
-        model: nn.Module,
-        validation: EvalSet,
-        spec: ValuationSpec,
-        game: GameSettings,
-        recorder: RunRecorder,
-        on_valued: Callable[[RoundValues], None],
-        threads: int = 0,
-    ) -> None:
-        super().__init__(model, validation, spec, game, recorder, on_valued)
+    def __init__(self, inputs: ValuerInputs, threads: int = 0) -> None:
+        super().__init__(inputs)
+        recorder, spec = inputs.recorder, inputs.spec
         assert recorder.ledger is not None and recorder.path is not None
         # beside the ledger file: <run dir>/ledger.pending/, or <name>.pending/ for a <name>.sqlite
         self.store = PendingStore(recorder.path.with_suffix(".pending"))
         metrics = recorder.metrics if recorder.metrics is not None else CoordinatorMetrics()
         self.worker = ValuationWorker(
-            GivenSetup(model, validation),
-            game,
+            GivenSetup(inputs.model, inputs.validation),
+            inputs.game,
             lambda _: spec,
             recorder.accounting,
             recorder.ledger,
             metrics,
             self.store,
             threads=threads,
-            on_valued=on_valued,
+            on_valued=inputs.on_valued,
         )
         self.worker.warm_up()
 
