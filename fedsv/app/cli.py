@@ -55,9 +55,18 @@ def _parser() -> argparse.ArgumentParser:
     payout = sub.add_parser("payout", help="split a budget among a run's participants by their values")
     payout.add_argument("run_dir", help="run directory written by `fedsv launch`")
     payout.add_argument("--amount", type=float, required=True, help="the budget to split")
-    payout.add_argument("--value", default="fedsv", help="fedsv | fedsv_normalized | fedsv_completed | loo")
+    payout.add_argument(
+        "--value",
+        default="fedsv_completed",
+        help="fedsv_completed (the recommended value, docs/valuation.md) | fedsv | fedsv_normalized | loo",
+    )
     payout.add_argument(
         "--negative", default="zero", help="zero: negative values get nothing | shift: pay value - the lowest"
+    )
+    payout.add_argument(
+        "--rule",
+        default="value",
+        help="value: each by its own value | groups: members the values cannot tell apart are paid alike",
     )
     payout.add_argument("--out", default="", help="CSV to write (default RUN_DIR/payout.csv)")
 
@@ -116,10 +125,10 @@ def main_certs(args: argparse.Namespace) -> int:
 def main_payout(args: argparse.Namespace) -> int:
     from fedsv.app.payout import format_payout, payout, write_csv
 
-    rows = payout(args.run_dir, args.amount, args.value, args.negative)
+    rows = payout(args.run_dir, args.amount, args.value, args.negative, args.rule)
     out = Path(args.out) if args.out else Path(args.run_dir) / "payout.csv"
     write_csv(out, rows)
-    print(format_payout(rows, args.amount, args.value, args.negative))
+    print(format_payout(rows, args.amount, args.value, args.negative, args.rule))
     print(f"\nwrote {out}")
     return 0
 

@@ -9,12 +9,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fedsv.app.report import Z95, build_report, ranked_rows
+from fedsv.app.report import RECOMMENDED, build_report, ranked_rows
+from fedsv.valuation.verdict import Z95
 
-VALUES = ("fedsv", "fedsv_normalized", "fedsv_completed", "loo")
+VALUES = ("fedsv_completed", "fedsv", "fedsv_normalized", "loo")
+"""The values a budget can be split by; the first (report.RECOMMENDED) is the default."""
 NEGATIVE = ("zero", "shift")
 """How a negative value is paid: `zero`, nothing (the others share the budget by their positive
 values); `shift`, every value less the lowest, so the lowest gets nothing and all keep their gaps."""
+RULES = ("value", "groups")
+"""`value`: each member by its own value; `groups`: members the verdict cannot tell apart (one group of
+report.ranked_rows) are paid alike, by their group's mean value."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,7 @@ class Share:
     participant: str
     value: float
     stderr: float | None
+    group: int | None
     share: float
     amount: float
     amount_low: float | None
@@ -74,9 +80,18 @@ def _split_or_zero(values: list[float], negative: str) -> list[float]:
         return [0.0] * len(values)
 
 
-def payout(run_dir: str | Path, amount: float, value: str = "fedsv", negative: str = "zero") -> list[Share]:
-    """Each participant's part of `amount` by its `value` total; ValueError when the run is not fully
-    valued, a setting is unknown or nothing is left to pay by."""
+def payout(
+    run_dir: str | Path,
+    amount: float,
+    value: str = RECOMMENDED,
+    negative: str = "zero",
+    rule: str = "value",
+) -> list[Share]:
+    """Each participant's part of `amount` by its `value` total (every member of the run, 0 for one that
+    contributed nothing); ValueError when the run is not fully valued, a setting is unknown or nothing
+    is left to pay by. `rule` "groups" pays members that cannot be told apart alike."""
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {list(RULES)}, got {rule!r}")
     if value not in VALUES:
         raise ValueError(f"value must be one of {list(VALUES)}, got {value!r}")
     if negative not in NEGATIVE:
@@ -87,14 +102,38 @@ def payout(run_dir: str | Path, amount: float, value: str = "fedsv", negative: s
     _require_valued(report)
     rows = ranked_rows(report)
     error_key = f"{value}_stderr"
-    values = [float(row[value]) for row in rows]
-    errors = [row.get(error_key, 0.0) if value != "loo" else 0.0 for row in rows]
+    values = [float(row[value] or 0.0) for row in rows]
+    errors = [row.get(error_key) for row in rows]
+    group = [row["group"] for row in rows]
+    if rule == "groups":
+        values = _group_means(values, group)
     out = []
     for row, error, (share, paid, low, high) in zip(
         rows, errors, shares(values, errors, amount, negative), strict=True
     ):
-        out.append(Share(row["participant"], float(row[value]), error, share, paid, _none(low), _none(high)))
+        out.append(
+            Share(
+                row["participant"],
+                float(row[value] or 0.0),
+                error,
+                row["group"],
+                share,
+                paid,
+                _none(low),
+                _none(high),
+            )
+        )
     return out
+
+
+def _group_means(values: list[float], groups: list[int | None]) -> list[float]:
+    """Each value replaced by its group's mean (a member without a group keeps its own)."""
+    members: dict[int, list[float]] = {}
+    for v, g in zip(values, groups, strict=True):
+        if g is not None:
+            members.setdefault(g, []).append(v)
+    means = {g: sum(vs) / len(vs) for g, vs in members.items()}
+    return [v if g is None else means[g] for v, g in zip(values, groups, strict=True)]
 
 
 def _none(x: float) -> float | None:
@@ -121,11 +160,13 @@ def write_csv(path: Path, rows: list[Share]) -> None:
         writer.writerows(asdict(row) for row in rows)
 
 
-def format_payout(rows: list[Share], amount: float, value: str, negative: str) -> str:
+def format_payout(rows: list[Share], amount: float, value: str, negative: str, rule: str = "value") -> str:
+    by = "members that cannot be told apart paid alike" if rule == "groups" else "each by its own value"
     lines = [
-        f"payout of {amount:,.2f} by {value} (negative values: {negative}); range: the 95% intervals' ends",
+        f"payout of {amount:,.2f} by {value}, {by} (negative values: {negative}); "
+        "range: the 95% intervals' ends (errors against a rerun)",
         "",
-        f"{'participant':<12} {'value ± stderr':>20} {'share':>8} {'amount':>12} {'range':>27}",
+        f"{'participant':<12} {'value ± stderr':>20} {'group':>5} {'share':>8} {'amount':>12} {'range':>27}",
     ]
     for row in rows:
         error = "?" if row.stderr is None or not math.isfinite(row.stderr) else f"{row.stderr:.5f}"
@@ -135,5 +176,8 @@ def format_payout(rows: list[Share], amount: float, value: str, negative: str) -
             else f"{row.amount_low:,.2f} - {row.amount_high:,.2f}"
         )
         value = f"{row.value:.5f} ± {error}"
-        lines.append(f"{row.participant:<12} {value:>20} {row.share:>8.2%} {row.amount:>12,.2f} {span:>27}")
+        group = "-" if row.group is None else str(row.group)
+        lines.append(
+            f"{row.participant:<12} {value:>20} {group:>5} {row.share:>8.2%} {row.amount:>12,.2f} {span:>27}"
+        )
     return "\n".join(lines)

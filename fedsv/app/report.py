@@ -16,25 +16,29 @@ from fedsv.coordinator.config import RunConfig
 from fedsv.fl.ranks import participant_id
 from fedsv.ledger import Ledger, RoundRecord, UpdateRow, ValueRow, federated_valuation
 from fedsv.valuation.rounds import TOTAL_KEYS
+from fedsv.valuation.valuation_noise import COMPONENTS
+from fedsv.valuation.verdict import differ, verdict
 
 logger = logging.getLogger(__name__)
+
+RECOMMENDED = "fedsv_completed"
+"""The value to pay by (docs/valuation.md, "Which value to use"): every member valued in every round, so
+that selection luck does not decide the pay; reports rank by it and `fedsv payout` splits by it."""
 
 CSV_COLUMNS = (
     "participant",
     "rounds_selected",
+    "rounds_refused",
     "num_samples",
     *TOTAL_KEYS,
-    "fedsv_stderr",
-    "fedsv_normalized_stderr",
-    "fedsv_completed_stderr",
-    "rank_by_fedsv",
+    *(f"{key}_stderr" for key in TOTAL_KEYS),
+    "rank",
+    "group",
     "separated_from_next",
 )
-"""values.csv: a participant's totals, the FedSV total's standard errors (empty: unknown), its rank, and
-whether its FedSV total is separated from the next rank's at 95%."""
-
-Z95 = 1.959964
-"""Two totals are separated at 95% when they differ by more than Z95 x their combined standard error."""
+"""values.csv: a participant's totals and their standard errors against a rerun (empty: unknown), its rank
+by the recommended value, its group (members that value cannot tell apart share one), and whether it is
+separated from the next rank at 95%."""
 
 
 def _num(x: float | None) -> float | None:
@@ -71,6 +75,7 @@ def _round_entry(rec: RoundRecord, rows: list[ValueRow], updates: list[UpdateRow
         "stderr": {r.participant: _num(r.fedsv_stderr) for r in rows},
         "max_stderr": _num(rec.max_stderr),
         "status": str(rec.status),
+        "absent": {pid: rec.absence(pid) for pid in rec.selected if rec.absence(pid) is not None},
         "loo": {r.participant: r.loo for r in rows},
         "num_samples": {u.participant: u.num_samples for u in updates},
         "method": rec.method,
@@ -95,11 +100,13 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     with Ledger(path, read_only=True) as ledger:
         run = ledger.run_config()
         records, rows, traffic_rows = ledger.rounds(), ledger.values(), ledger.traffic()
-        updates, class_rows = ledger.updates(), ledger.class_values()
+        updates, class_rows, fold_rows = ledger.updates(), ledger.class_values(), ledger.fold_values()
     if run is None:
         raise ValueError(f"{path} records no run yet")
-    # refuses value rows of rounds it has no record of; values every participant the run had
-    valuation = federated_valuation(records, rows, _world(run[1]), class_rows)
+    # every participant the run had, and any selected (in a round not valued yet too)
+    world = list(dict.fromkeys([*(_world(run[1]) or []), *(p for rec in records for p in rec.selected)]))
+    # refuses value rows of rounds it has no record of
+    valuation = federated_valuation(records, rows, world, class_rows, fold_rows)
     classes = valuation.class_totals()
     completion = valuation.completed()[1] if valuation.per_round() else None
     rows_of: dict[int, list[ValueRow]] = {rec.round: [] for rec in records}
@@ -116,14 +123,17 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     total_bytes = sum(rec.bytes_up + rec.bytes_down for rec in records)
     minimum = sum(rec.physical_minimum_bytes for rec in records)
     n = max(1, len(records))
+    totals, stderr, parts, pending = _values(valuation, records)
     return {
         "run_id": run[0],
         "config": run[1],
         "rounds": [_round_entry(rec, rows_of[rec.round], updates_of[rec.round]) for rec in records],
-        "totals": valuation.totals(),
-        "stderr": {
-            key: {pid: _num(e) for pid, e in errors.items()} for key, errors in valuation.errors().items()
-        },
+        "recommended": RECOMMENDED,
+        "totals": totals,
+        "stderr": stderr,
+        "stderr_parts": parts,
+        "pending_rounds": pending,
+        "verdict": _verdict(totals[RECOMMENDED], stderr[RECOMMENDED]),
         "completion": None
         if completion is None
         else {
@@ -142,7 +152,7 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         "traffic": traffic,
         "summary": {
             "rounds": len(records),
-            "participants": sorted({p for rec in records for p in rec.selected}),
+            "participants": valuation.participants(),
             "bytes_up_per_round": sum(rec.bytes_up for rec in records) / n,
             "bytes_down_per_round": sum(rec.bytes_down for rec in records) / n,
             "bytes_per_round": total_bytes / n,
@@ -153,41 +163,98 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per participant (every one ever selected), best FedSV first; never valued = 0.
+Table = dict[str, dict[str, Any]]
 
-    Each row's FedSV total comes with its standard error (None: unknown), and `separated_from_next` says
-    whether it differs from the next rank's by more than Z95 combined standard errors (None for the last).
-    """
+
+def _values(valuation: Any, records: list[RoundRecord]) -> tuple[Table, Table, dict[str, Table], list[int]]:
+    """Every participant's totals, their standard errors against a rerun and its parts, and the rounds
+    still awaiting their values. Nothing unknown is shown as known: with no round valued every total is
+    None; a participant selected in a round awaiting its values has partial totals whose errors are None,
+    and so has every completed total (it depends on every round)."""
+    pending = [rec.round for rec in records if rec.pending]
+    ids = valuation.participants()
+    if not valuation.per_round():
+        empty: Table = {key: dict.fromkeys(ids) for key in TOTAL_KEYS}
+        return empty, {k: dict(v) for k, v in empty.items()}, {p: dict(empty) for p in COMPONENTS}, pending
+    totals: Table = valuation.totals()
+    errors, parts = valuation.errors(), valuation.error_parts()
+    partial = {pid for rec in records if rec.pending for pid in rec.selected}
+    unknown = lambda key, pid: (key == "fedsv_completed" and bool(pending)) or pid in partial  # noqa: E731
+    stderr: Table = {
+        key: {pid: None if unknown(key, pid) else _num(e) for pid, e in errors[key].items()} for key in errors
+    }
+    by_part = {
+        part: {key: {pid: _num(e) for pid, e in values.items()} for key, values in table.items()}
+        for part, table in parts.items()
+    }
+    return totals, stderr, by_part, pending
+
+
+def _verdict(values: dict[str, Any], errors: dict[str, Any]) -> dict[str, Any]:
+    known = {pid: v for pid, v in values.items() if v is not None}
+    result = verdict(known, {pid: errors.get(pid) for pid in known})
+    return {
+        "value": RECOMMENDED,
+        "line": result.line(),
+        "p_value": _num(result.p_value),
+        "members_tested": result.members,
+        "distinguishes": result.distinguishes,
+        "groups": result.groups,
+    }
+
+
+def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per participant of the run (the world and every one ever selected), best recommended value
+    first; a total not known yet is None.
+
+    Each row holds every total with its standard error (None: unknown), its verdict group, and
+    `separated_from_next`: whether its recommended value differs from the next rank's at 95% (None for
+    the last, or where an error is unknown)."""
     totals, errors = report["totals"], report.get("stderr", {})
+    recommended = report.get("recommended", "fedsv")
     selected: dict[str, int] = {}
+    refused: dict[str, int] = {}
     samples: dict[str, int] = {}  # the count each declared in the last round it was aggregated in
     for entry in report["rounds"]:
         for pid in entry["selected"]:
             selected[pid] = selected.get(pid, 0) + 1
+        for pid in entry.get("absent", {}):
+            refused[pid] = refused.get(pid, 0) + 1
         samples.update(entry.get("num_samples", {}))
-    ids = set(selected) | set(totals["fedsv"]) | set(totals.get("fedsv_completed", {}))
+    ids = list(dict.fromkeys([*report["summary"]["participants"], *selected, *totals["fedsv"]]))
+    groups = report.get("verdict", {}).get("groups", [])
+    group_of = {pid: k for k, group in enumerate(groups, start=1) for pid in group}
+
+    def total(key: str, pid: str) -> float | None:
+        value = totals.get(key, {}).get(pid)
+        return None if value is None else float(value)
+
     rows: list[dict[str, Any]] = [
-        {"participant": pid, "rounds_selected": selected.get(pid, 0), "num_samples": samples.get(pid)}
-        | {key: float(totals[key].get(pid, 0.0)) for key in TOTAL_KEYS}
-        | {f"{key}_stderr": errors.get(key, {}).get(pid, 0.0) for key in ("fedsv", "fedsv_normalized")}
-        | {"fedsv_completed_stderr": errors.get("fedsv_completed", {}).get(pid)}
+        {
+            "participant": pid,
+            "rounds_selected": selected.get(pid, 0),
+            "rounds_refused": refused.get(pid, 0),
+            "num_samples": samples.get(pid),
+        }
+        | {key: total(key, pid) for key in TOTAL_KEYS}
+        | {f"{key}_stderr": errors.get(key, {}).get(pid) for key in TOTAL_KEYS}
+        | {"group": group_of.get(pid)}
         for pid in ids
     ]
-    rows.sort(key=lambda r: (-r["fedsv"], r["participant"]))
+    rows.sort(key=lambda r: (r[recommended] is None, -(r[recommended] or 0.0), r["participant"]))
     for rank, row in enumerate(rows, start=1):
-        row["rank_by_fedsv"] = rank
+        row["rank"] = rank
     for row, below in itertools.zip_longest(rows, rows[1:]):
-        row["separated_from_next"] = None if below is None else separated(row, below)
+        row["separated_from_next"] = None if below is None else separated(row, below, recommended)
     return rows
 
 
-def separated(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
-    """Whether two FedSV totals differ at 95%; None when either's error is unknown."""
-    if a["fedsv_stderr"] is None or b["fedsv_stderr"] is None:
+def separated(a: dict[str, Any], b: dict[str, Any], key: str = RECOMMENDED) -> bool | None:
+    """Whether two rows' `key` totals differ at 95%; None when either is unknown."""
+    error = f"{key}_stderr"
+    if a[key] is None or b[key] is None or a.get(error) is None or b.get(error) is None:
         return None
-    combined = math.hypot(a["fedsv_stderr"], b["fedsv_stderr"])
-    return abs(a["fedsv"] - b["fedsv"]) > Z95 * combined
+    return differ(a[key], a[error], b[key], b[error])
 
 
 def write_outputs(run_dir: str | Path) -> dict[str, Path]:

@@ -37,46 +37,75 @@ def _bytes(n: float | None) -> str:
     return f"{n:.2f} GB"
 
 
-def _plus_minus(value: float, error: float | None, digits: int) -> str:
-    """ "0.12345 ± 0.00012"; "± 0" for an exact value; "± ?" where the error is unknown."""
+def _plus_minus(value: float | None, error: float | None, digits: int) -> str:
+    """ "0.12345 ± 0.00012"; "± ?" where the error is unknown; "?" where the value is not known yet."""
+    if value is None:
+        return "?"
     if error is None:
         return f"{value:.{digits}f} ± ?"
     return f"{value:.{digits}f} ± {0 if error == 0 else f'{error:.{digits}f}':<{digits + 2}}"
 
 
+def _awaiting(report: dict[str, Any]) -> list[str]:
+    """What the table cannot show as known: the rounds still awaiting their values."""
+    pending = report.get("pending_rounds", [])
+    if not pending:
+        return []
+    valued = report["summary"]["rounds"] - len(pending)
+    return [
+        f"PARTIAL: rounds {', '.join(map(str, pending))} await their values ({valued} of "
+        f"{report['summary']['rounds']} rounds valued); a member selected in them shows a partial total "
+        "with an unknown error (± ?), and no completed value is final",
+    ]
+
+
 def format_table(report: dict[str, Any]) -> str:
-    """Participants ranked by FedSV, each value beside its standard error, under a header of accuracy and
-    traffic; "~" marks a rank not separated from the next at 95%."""
+    """Every participant ranked by the recommended value, each value beside its standard error against a
+    rerun, under a header of accuracy and traffic and the verdict; "~" marks a rank not separated from
+    the next at 95%, the group column the members the values cannot tell apart."""
     summary = report["summary"]
     accuracy = report["final_accuracy"]
     ranked = ranked_rows(report)
     width = _name_width(ranked)
     ratio = summary["bytes_ratio_to_minimum"]
     up, down = _bytes(summary["bytes_up_per_round"]), _bytes(summary["bytes_down_per_round"])
+    rounds = summary["rounds"]
+    verdict = report.get("verdict", {}).get("line")
     lines = [
-        f"run {report['run_id']}: {summary['rounds']} rounds, final test accuracy "
+        f"run {report['run_id']}: {rounds} round{'s' if rounds != 1 else ''}, final test accuracy "
         + ("-" if accuracy is None else f"{accuracy:.4f}"),
         f"traffic: {_bytes(summary['bytes_per_round'])} per round (up {up}, down {down}); "
         + ("-" if ratio is None else f"{ratio:.3f}x")
         + f" the physical minimum of {_bytes(summary['physical_minimum_bytes_per_round'])}",
+        *_awaiting(report),
+        *([] if verdict is None else [f"{verdict} (by {report.get('recommended')}, errors against a rerun)"]),
         "",
-        f"{'rank':>5}  {'participant':<{width}} {'rounds':>6} {'samples':>8} {'fedsv ± stderr':>20} "
-        f"{'fedsv_norm ± stderr':>20} {'completed ± stderr':>20} {'loo':>9} {'loo_norm':>9}",
+        f"{'rank':>5}  {'participant':<{width}} {'group':>5} {'rounds':>6} {'refused':>7} {'samples':>8} "
+        f"{'completed ± stderr':>20} {'fedsv ± stderr':>20} {'fedsv_norm ± stderr':>20} {'loo':>9} "
+        f"{'loo_norm':>9}",
     ]
     corrupted = summary.get("corrupted", {})
     for row in ranked:
         mark = f"  (corrupted: {corrupted[row['participant']]})" if row["participant"] in corrupted else ""
         samples = "-" if row["num_samples"] is None else str(row["num_samples"])
-        rank = f"{row['rank_by_fedsv']:>4}{'~' if row['separated_from_next'] is False else ' '}"
+        rank = f"{row['rank']:>4}{'~' if row['separated_from_next'] is False else ' '}"
+        group = "-" if row["group"] is None else str(row["group"])
+        loo = "?" if row["loo"] is None else f"{row['loo']:.5f}"
+        loo_norm = "?" if row["loo_normalized"] is None else f"{row['loo_normalized']:.4f}"
         lines.append(
-            f"{rank}  {row['participant']:<{width}} {row['rounds_selected']:>6} {samples:>8} "
+            f"{rank}  {row['participant']:<{width}} {group:>5} {row['rounds_selected']:>6} "
+            f"{row['rounds_refused']:>7} {samples:>8} "
+            f"{_plus_minus(row['fedsv_completed'], row['fedsv_completed_stderr'], 5):>20} "
             f"{_plus_minus(row['fedsv'], row['fedsv_stderr'], 5):>20} "
             f"{_plus_minus(row['fedsv_normalized'], row['fedsv_normalized_stderr'], 4):>20} "
-            f"{_plus_minus(row['fedsv_completed'], row['fedsv_completed_stderr'], 5):>20} "
-            f"{row['loo']:>9.5f} {row['loo_normalized']:>9.4f}{mark}"
+            f"{loo:>9} {loo_norm:>9}{mark}"
         )
     if any(row["separated_from_next"] is False for row in ranked):
         lines.append("\n~ not separated from the next rank at 95% (difference within 1.96 combined stderr)")
+    lines.append(
+        "errors: the estimator's, the validation set's and a rerun's (training, selection) together; "
+        "report.json's stderr_parts has each"
+    )
     return "\n".join(lines)
 
 
@@ -101,5 +130,6 @@ def format_classes(report: dict[str, Any]) -> str:
         if values is None:
             continue
         cells = " ".join(f"{v:>9.5f}" for v in values)
-        lines.append(f"{row['participant']:<{width}} {cells} {sum(values):>9.5f} {row['fedsv']:>9.5f}")
+        fedsv = "?" if row["fedsv"] is None else f"{row['fedsv']:.5f}"
+        lines.append(f"{row['participant']:<{width}} {cells} {sum(values):>9.5f} {fedsv:>9}")
     return "\n".join(lines)

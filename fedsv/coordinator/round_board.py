@@ -35,7 +35,7 @@ class OpenRound:
     task_payloads: Iterable[bytes]  # fedsv.wire.codec.ChunkPayloads: re-iterable, shared by all streams
     train_seeds: dict[str, int]
     received: dict[str, ReceivedUpdate] = field(default_factory=dict)
-    refused: set[str] = field(default_factory=set)  # selected participants whose update was refused
+    refused: dict[str, str] = field(default_factory=dict)  # selected participant -> why it was refused
     closed: bool = False
     chosen: frozenset[str] = field(init=False, repr=False)  # `selected` as a set: O(1) lookups
 
@@ -204,10 +204,10 @@ class RoundBoard:
             current.received[info.participant_id] = ReceivedUpdate(
                 info.participant_id, delta, num_samples, seconds
             )
-            current.refused.discard(info.participant_id)  # a corrected update, in time, still counts
+            current.refused.pop(info.participant_id, None)  # a corrected update, in time, still counts
             self.cond.notify_all()
 
-    def refuse_update(self, info: ParticipantInfo, round_number: int) -> None:
+    def refuse_update(self, info: ParticipantInfo, round_number: int, reason: str) -> None:
         """`info`'s update for the open round was refused for what it held (not finite, malformed, ...):
         once a quorum is in, the round no longer waits for another update of it (one that comes
         while the round is open still counts)."""
@@ -216,7 +216,7 @@ class RoundBoard:
             if current is None or current.round != round_number or current.closed:
                 return
             if info.participant_id in current.chosen and info.participant_id not in current.received:
-                current.refused.add(info.participant_id)
+                current.refused[info.participant_id] = reason
                 self.cond.notify_all()
 
     def wait_for_updates(

@@ -98,6 +98,7 @@ class RoundCommitter:
             result.model_bytes,
             times,
             result.test,
+            refused=closed.refused,
         )
         updates = [
             UpdateRow(number, u.participant, u.num_samples, u.train_seconds)

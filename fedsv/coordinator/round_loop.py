@@ -204,6 +204,7 @@ class RoundLoop:
         bounded = guarded.bounded
         for pid in [*bounded.rejected, *guarded.turned_away]:
             del closed.received[pid]
+            closed.refused[pid] = "norm_rejected" if pid in bounded.rejected else "direction_rejected"
         for pid, declared in guarded.capped.items():
             self.metrics.reject("weight_capped")
             logger.warning(

@@ -155,6 +155,6 @@ class UpdateReceiver:
             # its certificate: a stolen session token must not burn its owner's round, and a stream
             # cut short (incomplete) may be sent again.
             if peer is not None and exc.reason != "incomplete":
-                self.state.board.refuse_update(info, header.round)
+                self.state.board.refuse_update(info, header.round, exc.reason)
             raise
         self.state.board.accept_update(info, header.round, delta, header.num_samples, header.train_seconds)

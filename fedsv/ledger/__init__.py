@@ -5,6 +5,7 @@ from fedsv.ledger.checkpoint import Checkpoint, decode_params, encode_params
 from fedsv.ledger.checks import LedgerError
 from fedsv.ledger.records import (
     ClassValueRow,
+    FoldValueRow,
     RoundRecord,
     RoundStatus,
     TrafficRow,
@@ -19,6 +20,7 @@ __all__ = [
     "LEDGER_FILE",
     "Checkpoint",
     "ClassValueRow",
+    "FoldValueRow",
     "Ledger",
     "LedgerError",
     "RoundRecord",

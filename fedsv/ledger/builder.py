@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fedsv.ledger.records import RoundRecord, RoundStatus, TrafficRow
@@ -57,9 +57,12 @@ def build_round_record(
     times: RoundTimes,
     test: TestScore = TestScore(),
     status: RoundStatus | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> RoundRecord:
     """The record of round `number`.
 
+    refused: selected participants whose update was refused (participant -> reason); the others
+    selected but not received are stragglers.
     values: the round's values when they are known now (inline valuation, or utilities only with
     valuation off); None for a round whose values come later (status PENDING, the default then) or
     that aggregated nothing (pass status NOT_VALUED).
@@ -83,7 +86,8 @@ def build_round_record(
         round=number,
         selected=list(selected),
         received=sorted(received),
-        stragglers=[p for p in selected if p not in set(received)],
+        stragglers=[p for p in selected if p not in set(received) and p not in (refused or {})],
+        refused={p: str(r) for p, r in sorted((refused or {}).items()) if p not in set(received)},
         utility_before=before,
         utility_after=after,
         test_accuracy=test.accuracy,

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from fedsv.ledger.checkpoint import Checkpoint
-from fedsv.ledger.records import ClassValueRow, RoundRecord, TrafficRow, UpdateRow, ValueRow
+from fedsv.ledger.records import ClassValueRow, FoldValueRow, RoundRecord, TrafficRow, UpdateRow, ValueRow
 
 
 class LedgerError(Exception):
@@ -66,10 +66,16 @@ def check_updates(record: RoundRecord, updates: Sequence[UpdateRow]) -> None:
             raise LedgerError(f"round {record.round}: bad update row {row}")
 
 
-def check_classes(n: int, received: Sequence[str], rows: Sequence[ClassValueRow]) -> None:
-    """Values per label must be of a received participant, finite, with a standard error >= 0 (NaN or inf:
-    not recorded or unknown)."""
+def check_classes(n: int, received: Sequence[str], rows: Sequence[ClassValueRow | FoldValueRow]) -> None:
+    """Values per label or fold must be of a received participant, finite, with standard errors >= 0 (NaN
+    or inf: not recorded or unknown) and a fold's share in [0, 1]."""
     for row in rows:
-        ok = row.round == n and row.participant in received and isinstance(row.label, int) and row.label >= 0
-        if not ok or not math.isfinite(row.fedsv) or (not row.stderr >= 0 and not math.isnan(row.stderr)):
-            raise LedgerError(f"round {n}: bad value row per label {row}")
+        ok = row.round == n and row.participant in received
+        if isinstance(row, FoldValueRow):
+            ok = ok and isinstance(row.fold, int) and row.fold >= 0 and 0.0 <= row.share <= 1.0
+            ok = ok and math.isfinite(row.fedsv) and math.isfinite(row.loo)
+        else:
+            ok = ok and isinstance(row.label, int) and row.label >= 0 and math.isfinite(row.fedsv)
+            ok = ok and all(e >= 0 or math.isnan(e) for e in (row.stderr, row.validation))
+        if not ok:
+            raise LedgerError(f"round {n}: bad value row per label or fold {row}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -61,11 +61,18 @@ class RoundRecord:
     local_train_seconds: float = 0.0  # slowest received participant's own training time (its report)
     valued_at: float = math.nan  # when its values were committed; NaN while valuation is pending
     max_stderr: float = math.nan  # the round's largest FedSV standard error (0 exact); NaN while pending
+    refused: dict[str, str] = field(default_factory=dict)  # selected, not aggregated: participant -> why
 
     @property
     def pending(self) -> bool:
         """Committed, its values not yet: the background valuation has this round still to do."""
         return self.status is RoundStatus.PENDING
+
+    def absence(self, participant: str) -> str | None:
+        """Why a selected participant's update was not aggregated (refused, or late); None if it was."""
+        if participant in self.received or participant not in self.selected:
+            return None
+        return self.refused.get(participant, "late")
 
     @property
     def valuation_lag_seconds(self) -> float:
@@ -107,6 +114,20 @@ class ClassValueRow:
     label: int
     fedsv: float
     stderr: float
+    validation: float = math.nan  # the validation set's standard error (NaN: not measured)
+
+
+@dataclass(frozen=True)
+class FoldValueRow:
+    """A participant's FedSV and LOO in one round on the validation samples of one fold (they sum to its
+    values), and the fold's share of the validation samples."""
+
+    round: int
+    participant: str
+    fold: int
+    share: float
+    fedsv: float
+    loo: float
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,17 @@ import dataclasses
 import sqlite3
 from collections.abc import Callable
 
-from fedsv.ledger.records import RoundRecord, RoundStatus, ValueRow
+from fedsv.ledger.records import FoldValueRow, RoundRecord, RoundStatus, ValueRow
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version 2 added the updates table (each aggregated update's sample count) and the rounds' valued_at
 (when a round's values were committed: valuation may run behind the rounds). Version 3 added the
 rounds' status (pending, valued, not_valued), which older files spell as the method "pending" or
 "none". Version 4 added each value's standard error (round_values.fedsv_stderr) and each round's
 largest (rounds.max_stderr); older rows read as not recorded (NULL), those of exact rounds as 0.
-Version 5 added the values per validation label (class_values). A coordinator migrates an older file
+Version 5 added the values per validation label (class_values). Version 6 added each round's refused
+updates with their reasons (rounds.refused), the values per validation fold (fold_values) and each
+label value's validation error (class_values.validation). A coordinator migrates an older file
 when it opens it (MIGRATIONS); a reader reads it as is (round_columns)."""
 
 STRICT = " STRICT" if sqlite3.sqlite_version_info >= (3, 37, 0) else ""
@@ -26,6 +28,7 @@ _SQL = {
     "float": "REAL",
     "str": "TEXT NOT NULL",
     "list[str]": "TEXT NOT NULL",
+    "dict[str, str]": "TEXT NOT NULL DEFAULT '{}'",
     "RoundStatus": f"TEXT NOT NULL {_STATUS_CHECK}",
 }
 # STRICT tables enforce the types. REAL columns of rounds are nullable: NaN (a diverged loss) is NULL.
@@ -39,8 +42,13 @@ _UPDATES_TABLE = (
 )
 _CLASS_VALUES_TABLE = (
     "CREATE TABLE class_values (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
-    "label INTEGER NOT NULL CHECK (label >= 0), fedsv REAL NOT NULL, stderr REAL, "
+    "label INTEGER NOT NULL CHECK (label >= 0), fedsv REAL NOT NULL, stderr REAL, validation REAL, "
     f"PRIMARY KEY (round, participant, label)){STRICT}"
+)
+_FOLD_VALUES_TABLE = (
+    "CREATE TABLE fold_values (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
+    "fold INTEGER NOT NULL CHECK (fold >= 0), share REAL NOT NULL, fedsv REAL NOT NULL, loo REAL NOT NULL, "
+    f"PRIMARY KEY (round, participant, fold)){STRICT}"
 )
 CREATE = [
     f"CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL){STRICT}",
@@ -58,6 +66,7 @@ CREATE = [
     f"rounds(round), global_params BLOB NOT NULL, rng_state TEXT NOT NULL, extra TEXT NOT NULL){STRICT}",
     _UPDATES_TABLE,
     _CLASS_VALUES_TABLE,
+    _FOLD_VALUES_TABLE,
 ]
 
 _STATUS_OF_METHOD = (
@@ -88,10 +97,22 @@ def _to_4(conn: sqlite3.Connection) -> None:
 
 
 def _to_5(conn: sqlite3.Connection) -> None:
-    conn.execute(_CLASS_VALUES_TABLE)
+    conn.execute(_CLASS_VALUES_TABLE.replace(" validation REAL,", ""))
 
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
+def _to_6(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE rounds ADD COLUMN refused TEXT NOT NULL DEFAULT '{}'")
+    conn.execute("ALTER TABLE class_values ADD COLUMN validation REAL")
+    conn.execute(_FOLD_VALUES_TABLE)
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _to_2,
+    2: _to_3,
+    3: _to_4,
+    4: _to_5,
+    5: _to_6,
+}
 """version -> the step that brings a file of that version to the next."""
 
 
@@ -109,6 +130,8 @@ def round_columns(version: int) -> str:
         stand_ins["valued_at"] = "NULL"
     if version < 4:
         stand_ins["max_stderr"] = "CASE method WHEN 'exact' THEN 0.0 END"
+    if version < 6:
+        stand_ins["refused"] = "'{}'"
     if version < 3:
         stand_ins["status"] = _STATUS_OF_METHOD
         stand_ins["method"] = "CASE method WHEN 'pending' THEN '' ELSE method END"
@@ -116,6 +139,7 @@ def round_columns(version: int) -> str:
 
 
 VALUE_FIELDS = [f.name for f in dataclasses.fields(ValueRow)]
+FOLD_FIELDS = [f.name for f in dataclasses.fields(FoldValueRow)]
 
 
 def value_columns(version: int) -> str:

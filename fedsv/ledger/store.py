@@ -17,6 +17,7 @@ from fedsv.ledger.checks import LedgerError, check_classes, check_commit, check_
 from fedsv.ledger.connection import LedgerFile
 from fedsv.ledger.records import (
     ClassValueRow,
+    FoldValueRow,
     RoundRecord,
     RoundStatus,
     TrafficRow,
@@ -33,7 +34,11 @@ LEDGER_FILE = "ledger.sqlite"
 __all__ = ["Ledger", "LedgerError"]
 
 
-def _value_row(row: ValueRow | ClassValueRow) -> tuple[Any, ...]:
+SplitRow = ClassValueRow | FoldValueRow
+"""A round value split by validation label or by validation fold."""
+
+
+def _value_row(row: ValueRow | SplitRow) -> tuple[Any, ...]:
     """A value row as SQL parameters: a NaN (not recorded) is NULL."""
     return tuple(None if isinstance(v, float) and math.isnan(v) else v for v in dataclasses.astuple(row))
 
@@ -83,7 +88,7 @@ class Ledger(LedgerFile):
         traffic: Sequence[TrafficRow],
         checkpoint: Checkpoint,
         updates: Sequence[UpdateRow] = (),
-        classes: Sequence[ClassValueRow] = (),
+        classes: Sequence[SplitRow] = (),
     ) -> None:
         """Write the round, its values (and values per label) and traffic and the checkpoint in ONE
         transaction: all or nothing.
@@ -96,7 +101,11 @@ class Ledger(LedgerFile):
         check_updates(record, updates)
         check_classes(record.round, record.received, classes)
         row = [
-            json.dumps(v) if isinstance(v, list) else None if isinstance(v, float) and math.isnan(v) else v
+            json.dumps(v)
+            if isinstance(v, list | dict)
+            else None
+            if isinstance(v, float) and math.isnan(v)
+            else v
             for v in (getattr(record, n) for n, _ in schema.ROUND_FIELDS)
         ]
         try:
@@ -145,7 +154,7 @@ class Ledger(LedgerFile):
             f"SELECT {schema.round_columns(self._version)} FROM rounds {where} ORDER BY round"
         ):
             kw: dict[str, Any] = {
-                n: json.loads(v) if k == "list[str]" else (math.nan if v is None else v)
+                n: json.loads(v) if k in ("list[str]", "dict[str, str]") else (math.nan if v is None else v)
                 for (n, k), v in zip(schema.ROUND_FIELDS, row, strict=True)
             }
             kw["status"] = RoundStatus(kw["status"])
@@ -162,22 +171,41 @@ class Ledger(LedgerFile):
         ]
 
     @staticmethod
-    def _insert_classes(conn: sqlite3.Connection, rows: Sequence[ClassValueRow]) -> None:
-        conn.executemany("INSERT INTO class_values VALUES (?, ?, ?, ?, ?)", map(_value_row, rows))
+    def _insert_classes(conn: sqlite3.Connection, rows: Sequence[SplitRow]) -> None:
+        labels = [_value_row(r) for r in rows if isinstance(r, ClassValueRow)]
+        folds = [_value_row(r) for r in rows if isinstance(r, FoldValueRow)]
+        conn.executemany("INSERT INTO class_values VALUES (?, ?, ?, ?, ?, ?)", labels)
+        names = ", ".join(schema.FOLD_FIELDS)
+        conn.executemany(f"INSERT INTO fold_values ({names}) VALUES (?, ?, ?, ?, ?, ?)", folds)
 
     def class_values(self) -> list[ClassValueRow]:
         """Every value per label, by round, participant and label (none in files before schema 5)."""
         if self._version < 5:
             return []
-        rows = self._query("SELECT * FROM class_values ORDER BY round, participant, label")
-        return [ClassValueRow(r[0], r[1], r[2], r[3], math.nan if r[4] is None else r[4]) for r in rows]
+        validation = "validation" if self._version >= 6 else "NULL"
+        rows = self._query(
+            f"SELECT round, participant, label, fedsv, stderr, {validation} FROM class_values "
+            "ORDER BY round, participant, label"
+        )
+        return [
+            ClassValueRow(*r[:4], *(math.nan if v is None else v for v in r[4:]))
+            for r in rows
+        ]
+
+    def fold_values(self) -> list[FoldValueRow]:
+        """Every value per validation fold, by round, participant and fold (none before schema 6)."""
+        if self._version < 6:
+            return []
+        names = ", ".join(schema.FOLD_FIELDS)
+        rows = self._query(f"SELECT {names} FROM fold_values ORDER BY round, participant, fold")
+        return [FoldValueRow(*r) for r in rows]
 
     def commit_values(
         self,
         number: int,
         values: Sequence[ValueRow],
         summary: ValuationSummary,
-        classes: Sequence[ClassValueRow] = (),
+        classes: Sequence[SplitRow] = (),
     ) -> None:
         """Record a pending round's values and its valuation fields, in one transaction.
 
@@ -232,6 +260,7 @@ class Ledger(LedgerFile):
             "orphan values": orphans.format("round_values"),
             "orphan traffic": orphans.format("traffic"),
             "orphan values per label": orphans.format("class_values") if self._version >= 5 else "SELECT 1",
+            "orphan values per fold": orphans.format("fold_values") if self._version >= 6 else "SELECT 1",
             "checkpoint of the last round": "SELECT (SELECT max(round) FROM rounds) IS "
             "(SELECT round FROM checkpoint WHERE id = 1)",
         }

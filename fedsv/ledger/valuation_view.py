@@ -6,9 +6,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedsv.ledger.records import ClassValueRow, RoundRecord, RoundStatus, ValuationSummary, ValueRow
+from fedsv.ledger.records import (
+    ClassValueRow,
+    FoldValueRow,
+    RoundRecord,
+    RoundStatus,
+    ValuationSummary,
+    ValueRow,
+)
 from fedsv.valuation import FederatedValuation, RoundValues
-from fedsv.valuation.by_class import ClassValues
+from fedsv.valuation.by_class import ClassValues, FoldValues
 from fedsv.valuation.rounds import normalized
 
 
@@ -37,17 +44,32 @@ def value_rows(values: RoundValues) -> list[ValueRow]:
     ]
 
 
-def class_rows(values: RoundValues) -> list[ClassValueRow]:
-    """A round's values per validation label as ledger rows; none where the round was not split."""
-    if values.classes is None or values.method == "none":
+def class_rows(values: RoundValues) -> list[ClassValueRow | FoldValueRow]:
+    """A round's values per validation label and per validation fold as ledger rows; none where the
+    round was not split."""
+    if values.method == "none":
         return []
-    return [
-        ClassValueRow(values.round, pid, label, float(value), float(error))
-        for i, pid in enumerate(values.participants)
-        for label, (value, error) in enumerate(
-            zip(values.classes.values[i], values.classes.stderr[i], strict=True)
+    rows: list[ClassValueRow | FoldValueRow] = []
+    if values.classes is not None:
+        classes = values.classes
+        validation = (
+            np.full(classes.values.shape, np.nan) if classes.validation is None else classes.validation
         )
-    ]
+        rows += [
+            ClassValueRow(values.round, pid, label, float(value), float(error), float(valid))
+            for i, pid in enumerate(values.participants)
+            for label, (value, error, valid) in enumerate(
+                zip(classes.values[i], classes.stderr[i], validation[i], strict=True)
+            )
+        ]
+    if values.folds is not None:
+        folds = values.folds
+        rows += [
+            FoldValueRow(values.round, pid, fold, float(folds.shares[fold]), float(fedsv), float(loo))
+            for i, pid in enumerate(values.participants)
+            for fold, (fedsv, loo) in enumerate(zip(folds.fedsv[i], folds.loo[i], strict=True))
+        ]
+    return rows
 
 
 def valuation_summary(values: RoundValues, valued_at: float) -> ValuationSummary:
@@ -70,6 +92,7 @@ def federated_valuation(
     rows: Sequence[ValueRow],
     world: Sequence[str] | None = None,
     classes: Sequence[ClassValueRow] = (),
+    folds: Sequence[FoldValueRow] = (),
 ) -> FederatedValuation:
     """The per-round values the ledger holds, back as valuation's accounting (rounds valued "none": none);
     `world`: every participant of the run (FederatedValuation).
@@ -85,6 +108,9 @@ def federated_valuation(
     classes_of: dict[int, list[ClassValueRow]] = {}
     for class_row in classes:
         classes_of.setdefault(class_row.round, []).append(class_row)
+    folds_of: dict[int, list[FoldValueRow]] = {}
+    for fold_row in folds:
+        folds_of.setdefault(fold_row.round, []).append(fold_row)
     for number, round_rows in sorted(by_round.items()):
         record = record_of.get(number)
         if record is None:
@@ -102,6 +128,8 @@ def federated_valuation(
                 seconds=record.valuation_seconds,
                 stderr=_recorded([r.fedsv_stderr for r in round_rows]),
                 classes=_by_label(classes_of.get(number, []), [r.participant for r in round_rows]),
+                folds=_by_fold(folds_of.get(number, []), [r.participant for r in round_rows]),
+                selected=list(record.selected),
             )
         )
     return accounting
@@ -119,7 +147,26 @@ def _by_label(rows: list[ClassValueRow], participants: list[str]) -> ClassValues
         return None
     labels = 1 + max(r.label for r in rows)
     index = {pid: i for i, pid in enumerate(participants)}
-    values, errors = np.zeros((len(participants), labels)), np.zeros((len(participants), labels))
+    shape = (len(participants), labels)
+    values, errors, validation = np.zeros(shape), np.zeros(shape), np.zeros(shape)
     for r in rows:
-        values[index[r.participant], r.label], errors[index[r.participant], r.label] = r.fedsv, r.stderr
-    return ClassValues(values, errors)
+        at = (index[r.participant], r.label)
+        values[at], errors[at], validation[at] = r.fedsv, r.stderr, r.validation
+    return ClassValues(values, errors, None if np.isnan(validation).all() else validation)
+
+
+def _by_fold(rows: list[FoldValueRow], participants: list[str]) -> FoldValues | None:
+    """A round's values per validation fold as read back; None where the round was not split by fold."""
+    if not rows:
+        return None
+    folds = 1 + max(r.fold for r in rows)
+    index = {pid: i for i, pid in enumerate(participants)}
+    fedsv, loo, shares = (
+        np.zeros((len(participants), folds)),
+        np.zeros((len(participants), folds)),
+        np.zeros(folds),
+    )
+    for r in rows:
+        fedsv[index[r.participant], r.fold], loo[index[r.participant], r.fold] = r.fedsv, r.loo
+        shares[r.fold] = r.share
+    return FoldValues(fedsv, loo, shares)

@@ -1,11 +1,15 @@
-"""Values per validation label: the round's estimator replayed on each label's game, at no evaluation.
+"""Values per validation label and per validation fold: the round's estimator replayed on each label's
+and each fold's game, at no evaluation.
 
-A round game splits into per-label games (class_scores.LabelGame) whose utilities sum to its own. The
-estimator that valued the round is run again on each, with the same seed and the same budgets in the
-same order, so it asks for exactly the coalitions the round game evaluated; every estimator here but
-GTG-Shapley is linear in the utilities of the coalitions it saw, so the labels' values add up to the
-participants' values (to float rounding). GTG truncates permutations on the utilities it sees, which
-is not linear: a round valued with it has no values per label.
+A round game splits into per-cell games (class_scores.CellGame) whose utilities sum to its own. The
+estimator that valued the round is run again on each label's and each fold's game, with the same seed
+and the same budgets in the same order, so it asks for exactly the coalitions the round game
+evaluated; every estimator here but GTG-Shapley is linear in the utilities of the coalitions it saw,
+so the labels' values (and the folds') add up to the participants' values (to float rounding). GTG
+truncates permutations on the utilities it sees, which is not linear: a round valued with it is not
+split. Where the round was valued exactly, each label is also split by fold, so that a label's value
+has a validation error of its own (valuation_noise.py); a sampled round's label values carry the
+estimator's error only (replaying a sampler on every cell would cost labels x folds replays).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsv.valuation.api import Plan, make_estimator
+from fedsv.valuation.class_scores import CellGame, ClassScores
 from fedsv.valuation.game import FloatArray, Game
+from fedsv.valuation.loo import LeaveOneOut
 from fedsv.valuation.methods import REGISTRY
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.spec import ValuationSpec
@@ -27,30 +33,78 @@ NOT_LINEAR = ("gtg", "random")
 
 @dataclass(frozen=True)
 class ClassValues:
-    """Per participant (rows) and validation label (columns): values and their standard errors."""
+    """Per participant (rows) and validation label (columns): values and their standard errors (the
+    estimator's); `validation`: the labels' validation errors (valuation_noise.fold_stderr), None where
+    the round was sampled."""
 
     values: FloatArray
     stderr: FloatArray
+    validation: FloatArray | None = None
 
 
-def class_values(
-    game: Game, chosen: Plan, spec: ValuationSpec, result: ValuationResult
-) -> ClassValues | None:
-    """The values per label of a round `result` valued by `chosen`; None where the game does not split
-    or the method is not linear."""
-    parts = game.components()
-    if parts is None or chosen.method in NOT_LINEAR:
-        return None
-    runs = [_replay(part, chosen, spec, result) for part in parts]
+@dataclass(frozen=True)
+class FoldValues:
+    """Per participant (rows) and validation fold (columns): its FedSV and LOO on that fold's samples
+    (they add up to its values) and each fold's share of the validation samples."""
+
+    fedsv: FloatArray
+    loo: FloatArray
+    shares: FloatArray
+
+    @property
+    def folds(self) -> int:
+        return int(self.shares.shape[0])
+
+
+@dataclass(frozen=True)
+class SplitValues:
+    """A round's values split by label and by fold (either None where the round does not split)."""
+
+    classes: ClassValues | None
+    folds: FoldValues | None
+
+
+def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: ValuationResult) -> SplitValues:
+    """The values per label and per fold of a round `result` valued by `chosen`; None where the game
+    does not split or the method is not linear."""
+    store = game.cell_scores()
+    if store is None or chosen.method in NOT_LINEAR:
+        return SplitValues(None, None)
+    labels = [_replay(CellGame(store, store.label(c)), chosen, spec, result) for c in range(store.classes)]
     zeros = np.zeros(game.m)
-    return ClassValues(
-        np.stack([r.values for r in runs], axis=1),
-        np.stack([zeros if r.stderr is None else r.stderr for r in runs], axis=1),
+    validation = None
+    if chosen.method == "exact" and store.folds > 1:
+        from fedsv.valuation.valuation_noise import fold_stderr
+
+        cells = np.stack(
+            [
+                np.stack(
+                    [
+                        _replay(CellGame(store, [c * store.folds + f]), chosen, spec, result).values
+                        for f in range(store.folds)
+                    ],
+                    axis=1,
+                )
+                for c in range(store.classes)
+            ],
+            axis=1,
+        )  # (m, classes, folds)
+        validation = fold_stderr(cells, store.shares)
+    classes = ClassValues(
+        np.stack([r.values for r in labels], axis=1),
+        np.stack([zeros if r.stderr is None else r.stderr for r in labels], axis=1),
+        validation,
     )
+    if store.folds == 1:
+        return SplitValues(classes, None)
+    fold_games = [CellGame(store, store.fold(f)) for f in range(store.folds)]
+    fedsv = np.stack([_replay(g, chosen, spec, result).values for g in fold_games], axis=1)
+    loo = np.stack([LeaveOneOut().run(g).values for g in fold_games], axis=1)
+    return SplitValues(classes, FoldValues(fedsv, loo, store.shares))
 
 
 def _replay(part: Game, chosen: Plan, spec: ValuationSpec, result: ValuationResult) -> ValuationResult:
-    """The estimator of `result` on one label's game: a run to a target is replayed attempt by attempt."""
+    """The estimator of `result` on one cell's game: a run to a target is replayed attempt by attempt."""
     target = result.extra.get("target")
     if target is None:
         return make_estimator(chosen, spec).run(part)
@@ -59,3 +113,6 @@ def _replay(part: Game, chosen: Plan, spec: ValuationSpec, result: ValuationResu
     for allowance in target["allowances"]:
         replayed = sampler.configured(allowance, settings).run(part)
     return replayed
+
+
+__all__ = ["ClassScores", "ClassValues", "FoldValues", "SplitValues", "split_values"]

@@ -26,8 +26,8 @@ selected) instead of the utility matrix, and weighs each round by its selection 
   selected, the completed total is the expectation of FedSV over the selection: what FedSV pays a
   member on average, selection luck removed. With every member in every round (m_t = N) nothing is
   missing and the completed values are the FedSV values.
-- Its uncertainty: the observed entries keep their standard errors; a predicted entry's error is the
-  completion's cross-validated error on held-out observed entries (which also chooses the rank). A
+- Its uncertainty: the observed entries keep their estimator's standard errors here; the validation
+  set's and a rerun's parts (which hold the predicted entries' error) come from valuation_noise. A
   member never selected has no row to complete: its completed value is 0, with an unknown error.
 """
 
@@ -83,10 +83,11 @@ class Completed:
     held-out observed entries, and the share of the matrix observed."""
 
     totals: FloatArray
-    stderr: FloatArray
+    stderr: FloatArray  # the estimator's part (observed entries' errors); valuation_noise adds the rest
     model: str
     holdout_rmse: float
     observed: float
+    chosen: Model | None = None  # the model that filled the missing entries (None: nothing missing)
 
 
 def _solve_rows(values: FloatArray, mask: FloatArray, factor: FloatArray, ridge: float) -> FloatArray:
@@ -166,6 +167,18 @@ def _holdout_rmse(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model,
     return float(np.sqrt(np.mean(np.square(np.concatenate(errors)))))
 
 
+def choose(values: FloatArray, mask: npt.NDArray[np.bool_], seed: int = 0) -> tuple[Model, float]:
+    """The candidate model with the smallest cross-validated RMSE (ties to the simpler) and that RMSE."""
+    scores = [_holdout_rmse(values, mask, candidate, seed) for candidate in CANDIDATES]
+    best = min(range(len(CANDIDATES)), key=lambda k: (scores[k], k))
+    return CANDIDATES[best], scores[best]
+
+
+def fit(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int = 0) -> FloatArray:
+    """`model`'s prediction of every entry of the round-by-participant matrix from the masked ones."""
+    return _fit(np.where(mask, values, 0.0), mask, model, seed)
+
+
 def complete(
     values: FloatArray,
     mask: npt.NDArray[np.bool_],
@@ -174,26 +187,31 @@ def complete(
     world: int,
     seed: int = 0,
 ) -> Completed:
-    """The completed totals of a round-by-participant matrix of values and their standard errors.
+    """The completed totals of a round-by-participant matrix of values and their estimator's standard
+    errors (valuation_noise adds the validation set's and a rerun's).
 
     values, errors (T, N): the observed values and their standard errors where `mask` is True;
     selected: the number of participants selected in each round (m_t); world: N.
     """
     values = np.where(mask, values, 0.0)
     weights = np.asarray(selected, dtype=np.float64) / float(world)
+    chosen: Model | None = None
     if mask.all():
         model, rmse, filled = "nothing missing", 0.0, values
     else:
-        scores = [_holdout_rmse(values, mask, candidate, seed) for candidate in CANDIDATES]
-        best = min(range(len(CANDIDATES)), key=lambda k: (scores[k], k))
-        model, rmse = str(CANDIDATES[best]), scores[best]
-        filled = np.where(mask, values, _fit(values, mask, CANDIDATES[best], seed))
+        chosen, rmse = choose(values, mask, seed)
+        model = str(chosen)
+        filled = np.where(mask, values, _fit(values, mask, chosen, seed))
     totals = weights @ filled
-    variance = np.where(mask, np.square(np.where(mask, errors, 0.0)), rmse**2)
-    stderr = np.sqrt(np.square(weights) @ variance)
+    stderr = np.sqrt(np.square(weights) @ np.square(np.where(mask, errors, 0.0)))
     never = ~mask.any(axis=0)
     totals[never], stderr[never] = 0.0, math.inf
     observed = float(mask.mean()) if mask.size else 0.0
     return Completed(
-        np.asarray(totals, dtype=np.float64), np.asarray(stderr, dtype=np.float64), model, rmse, observed
+        np.asarray(totals, dtype=np.float64),
+        np.asarray(stderr, dtype=np.float64),
+        model,
+        rmse,
+        observed,
+        chosen,
     )

@@ -14,6 +14,7 @@ from fedsv.valuation.completion import Completed, RoundMatrix
 from fedsv.valuation.game import Game
 from fedsv.valuation.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
 from fedsv.valuation.spec import ValuationSpec
+from fedsv.valuation.valuation_noise import COMPONENTS, RoundMatrices, Uncertainty, merge_folds, uncertainty
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -41,6 +42,7 @@ class FederatedValuation:
         self._rounds: dict[int, RoundValues] = {}
         self.world = None if world is None else list(world)
         self._completed: tuple[int, Completed, list[str]] | None = None  # (rounds when computed, ...)
+        self._uncertainty: tuple[int, Uncertainty] | None = None
 
     def add_round(self, rv: RoundValues) -> None:
         if rv.round in self._rounds:
@@ -67,15 +69,15 @@ class FederatedValuation:
         return [self._rounds[r] for r in sorted(self._rounds)]
 
     def participants(self) -> list[str]:
-        """Every participant selected in at least one round, in order of first appearance."""
-        seen: dict[str, None] = {}
+        """Every participant of the world, then any other selected in a round, in order of first
+        appearance: every one of them is in every total."""
+        seen: dict[str, None] = dict.fromkeys(self.world or [])
         for rv in self.per_round():
-            seen.update(dict.fromkeys(rv.participants))
+            seen.update(dict.fromkeys(rv.selected or rv.participants))
         return list(seen)
 
     def totals(self) -> dict[str, dict[str, float]]:
-        """Per participant, the totals of TOTAL_KEYS: the sums() and fedsv_completed (completed()).
-        Participants never selected appear only in fedsv_completed, and only when they are in the world."""
+        """Per participant, the totals of TOTAL_KEYS: the sums() and fedsv_completed (completed())."""
         out = self.sums()
         out["fedsv_completed"] = {}
         if self._rounds:
@@ -84,9 +86,10 @@ class FederatedValuation:
         return {key: out[key] for key in TOTAL_KEYS}
 
     def sums(self) -> dict[str, dict[str, float]]:
-        """Per participant selected at least once, fedsv, loo and their normalized variants summed over the
-        rounds it was selected in (normalized: each round's vector divided by its L2 norm first): the
-        totals that move with every round, without the completion (what live metrics show)."""
+        """Per participant, fedsv, loo and their normalized variants summed over the rounds it was valued
+        in (normalized: each round's vector divided by its L2 norm first; 0 for a participant never
+        valued, as for one selected but not aggregated): the totals that move with every round,
+        without the completion (what live metrics show)."""
         out: dict[str, dict[str, float]] = {
             key: dict.fromkeys(self.participants(), 0.0) for key in TOTAL_KEYS if key != "fedsv_completed"
         }
@@ -129,52 +132,85 @@ class FederatedValuation:
 
     def round_matrix(self) -> RoundMatrix:
         """The rounds' values as the round-by-participant matrix a completion starts from (the world's
-        participants first, then any other selected)."""
-        ids = list(dict.fromkeys([*(self.world or []), *self.participants()]))
+        participants first, then any other selected); a member selected but not aggregated (turned
+        away, late) is observed at 0 in that round: it contributed nothing."""
+        m = self.matrices()
+        return RoundMatrix(m.ids, m.fedsv, np.sqrt(m.estimator_variance), m.mask, m.selected)
+
+    def matrices(self) -> RoundMatrices:
+        """The rounds' FedSV and LOO, their estimator's variance and their values per validation fold as
+        round-by-participant matrices (valuation_noise.RoundMatrices)."""
+        ids = self.participants()
         column = {pid: k for k, pid in enumerate(ids)}
         rounds = self.per_round()
-        values, errors = np.zeros((len(rounds), len(ids))), np.zeros((len(rounds), len(ids)))
-        mask = np.zeros((len(rounds), len(ids)), dtype=bool)
+        shape = (len(rounds), len(ids))
+        folds = min((rv.folds.folds for rv in rounds if rv.folds is not None), default=1)
+        shares = np.ones(1)
+        fedsv, loo, variance = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        fedsv_f, loo_f = np.zeros((*shape, folds)), np.zeros((*shape, folds))
+        mask = np.zeros(shape, dtype=bool)
         for t, rv in enumerate(rounds):
+            mask[t, [column[pid] for pid in rv.selected or rv.participants]] = True
             cols = [column[pid] for pid in rv.participants]
-            values[t, cols], mask[t, cols] = rv.fedsv, True
-            errors[t, cols] = np.nan if rv.stderr is None else rv.stderr
-        return RoundMatrix(ids, values, errors, mask, [len(rv.participants) for rv in rounds])
+            fedsv[t, cols], loo[t, cols] = rv.fedsv, rv.loo
+            variance[t, cols] = np.nan if rv.stderr is None else np.square(rv.stderr)
+            if rv.folds is None:
+                fedsv_f[t, cols], loo_f[t, cols] = np.nan, np.nan
+                continue
+            fedsv_f[t, cols], shares = merge_folds(rv.folds.fedsv, rv.folds.shares, folds)
+            loo_f[t, cols] = merge_folds(rv.folds.loo, rv.folds.shares, folds)[0]
+        selected = [len(rv.selected or rv.participants) for rv in rounds]
+        return RoundMatrices(ids, fedsv, loo, mask, variance, selected, fedsv_f, loo_f, shares)
 
     def adopt(self, matrix: RoundMatrix, completed: Completed) -> None:
         """Use `completed`, the completion of this accounting's round_matrix() when it held
         `matrix.rounds` rounds (as the valuation process returns it), until another round is added."""
         self._completed = (matrix.rounds, completed, matrix.ids)
 
+    def uncertainty(self) -> Uncertainty:
+        """Every total's standard error by part (valuation_noise): the estimator's, the validation set's
+        and a rerun's; computed once per number of rounds recorded."""
+        if self._uncertainty is None or self._uncertainty[0] != len(self._rounds):
+            _, completed = self.completed()
+            self._uncertainty = (len(self._rounds), uncertainty(self.matrices(), completed.chosen))
+        return self._uncertainty[1]
+
     def errors(self) -> dict[str, dict[str, float]]:
-        """Per participant, the standard error of each total in totals(): sum_errors(), and for
-        fedsv_completed the completion's (completion.complete)."""
-        out = self.sum_errors()
-        ids, completed = self.completed() if self._rounds else ([], None)
-        out["fedsv_completed"] = (
-            {} if completed is None else dict(zip(ids, map(float, completed.stderr), strict=True))
-        )
-        return {key: out[key] for key in TOTAL_KEYS}
+        """Per participant, the standard error of each total in totals() against a rerun of the same
+        federation (the three parts of error_parts() in quadrature; NaN: unknown, inf: never selected)."""
+        return self._by_id(lambda u, key: u.stderr(key))
+
+    def error_parts(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Per part (valuation_noise.COMPONENTS), per total and participant, its standard error."""
+        return {
+            part: self._by_id(lambda u, key, part=part: u.parts[part][key])  # type: ignore[misc]
+            for part in COMPONENTS
+        }
+
+    def _by_id(self, pick: Callable[[Uncertainty, str], FloatArray]) -> dict[str, dict[str, float]]:
+        if not self._rounds:
+            return {key: {} for key in TOTAL_KEYS}
+        u, ids = self.uncertainty(), self.participants()
+        return {key: dict(zip(ids, map(float, pick(u, key)), strict=True)) for key in TOTAL_KEYS}
 
     def sum_errors(self) -> dict[str, dict[str, float]]:
-        """Per participant, the standard error of each of the sums(): for FedSV the root of the
-        summed per-round variances (rounds are valued independently); LOO is exact (0). A normalized
-        total divides each round by a norm estimated from the same samples, whose error this does not
-        model: its error is 0 where every round it sums was exact, else unknown (NaN). A round whose
-        errors were not recorded makes the FedSV error unknown too."""
+        """Per participant, the estimator's standard error of each of the sums() (what the live metrics
+        show each round; errors() adds the validation set's and a rerun's): for FedSV the root of the
+        summed per-round variances (rounds are valued independently), for a normalized total each
+        round's divided by the round's norm; LOO is exact (0). A round whose errors were not recorded
+        makes the error unknown (NaN)."""
         variance = dict.fromkeys(self.participants(), 0.0)
-        normalized = dict.fromkeys(self.participants(), 0.0)
+        normalized_variance = dict.fromkeys(self.participants(), 0.0)
         for rv in self.per_round():
             errors = np.full(len(rv.participants), np.nan) if rv.stderr is None else rv.stderr
+            norm = float(np.linalg.norm(rv.fedsv)) or 1.0
             for pid, error in zip(rv.participants, errors, strict=True):
                 variance[pid] += float(error) ** 2
-                if error != 0:
-                    normalized[pid] = math.nan
-        fedsv = {pid: math.sqrt(v) for pid, v in variance.items()}
+                normalized_variance[pid] += (float(error) / norm) ** 2
         zeros = dict.fromkeys(self.participants(), 0.0)
         return {
-            "fedsv": fedsv,
-            "fedsv_normalized": normalized,
+            "fedsv": {pid: math.sqrt(v) for pid, v in variance.items()},
+            "fedsv_normalized": {pid: math.sqrt(v) for pid, v in normalized_variance.items()},
             "loo": zeros,
             "loo_normalized": dict(zeros),
         }

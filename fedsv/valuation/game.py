@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from fedsv.valuation.class_scores import ClassScores
 
 Subset = frozenset[int] | int
 """A coalition: a frozenset of player indices 0..m-1, or an int bitmask (bit i = player i)."""
@@ -112,9 +116,9 @@ class Game:
         """Do the game's one-off set-up now (e.g. a round game's per-round precomputation), so that timing
         a batch of evaluations measures the cost per coalition only. The base game has none."""
 
-    def components(self) -> list[Game] | None:
-        """Games whose utilities sum to this game's on every coalition (a round game's per-label games),
-        computed from what this game evaluated; None when the game does not split."""
+    def cell_scores(self) -> ClassScores | None:
+        """The utilities of what this game evaluated split by validation cell (label and fold: a round
+        game's class_scores.ClassScores), whose games sum to this one; None when the game does not split."""
         return None
 
     def evaluate_uncached(self, members: BoolMatrix) -> FloatArray:

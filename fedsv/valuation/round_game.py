@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from fedsv.fl.aggregation import AggregationRule
 from fedsv.fl.device import resolve_device
-from fedsv.valuation.class_scores import ClassScores, LabelGame
+from fedsv.valuation.class_scores import ClassScores, fold_count, fold_split
 from fedsv.valuation.device import PRECISIONS, default_budget_mb, lives_on
 from fedsv.valuation.executors import MODES, Compute, Executor, Memory, plan_executor
 from fedsv.valuation.game import BoolMatrix, FloatArray, Game, bitmasks
@@ -145,7 +145,11 @@ class RoundGame(Game):
             raise ValueError(
                 f"validation labels must lie in 0..{self.inputs.classes - 1}, the model's outputs"
             )
-        self.class_scores = ClassScores(self.m, self.inputs.classes)
+        folds = fold_count(self.m, self.inputs.classes, self.inputs.num_samples)
+        fold, shares = fold_split(self.inputs.num_samples, folds)
+        self.inputs.folds = folds
+        self.inputs.bins = self.inputs.y_val * folds + torch.from_numpy(fold).to(self.inputs.device)
+        self.class_scores = ClassScores(self.m, self.inputs.classes, shares)
         self.executor: Executor
         self.executor, reason = plan_executor(mode, self.inputs, self.compute, self.memory, fused)
         self.mode = self.executor.mode
@@ -155,9 +159,9 @@ class RoundGame(Game):
         """Do the round's one-off work now (mode "fast": the stem outputs, when they fit the budget)."""
         self.executor.prepare()
 
-    def components(self) -> list[Game]:
-        """The games of the validation labels (class_scores.LabelGame): they sum to this game."""
-        return [LabelGame(self.class_scores, label) for label in range(self.inputs.classes)]
+    def cell_scores(self) -> ClassScores:
+        """What this game evaluated, split by validation label and fold (class_scores.ClassScores)."""
+        return self.class_scores
 
     def _evaluate(self, members: BoolMatrix) -> FloatArray:
         coeffs = coalition_weights(members, self.inputs)
@@ -165,6 +169,6 @@ class RoundGame(Game):
             totals = self.executor.totals(coeffs)
         # The one copy to the host of this batch of coalitions.
         n = float(self.inputs.num_samples)
-        by_label, utilities = (totals / n).cpu().numpy(), (totals.sum(dim=1) / n).cpu().numpy()
-        self.class_scores.add(bitmasks(members), by_label)
+        by_cell, utilities = (totals / n).cpu().numpy(), (totals.sum(dim=1) / n).cpu().numpy()
+        self.class_scores.add(bitmasks(members), by_cell)
         return np.asarray(utilities, dtype=np.float64)

@@ -48,6 +48,18 @@ class RoundInputs:
     rule: AggregationRule = field(default_factory=AggregationRule)
     distances: Tensor | None = None  # pairwise squared distances of the deltas (selecting rules)
     classes: int = 0  # the model's outputs: scores are split by validation label (set by RoundGame)
+    folds: int = 1  # validation folds: scores are split by (label, fold) cells (set by RoundGame)
+    bins: Tensor | None = None  # each validation sample's cell, label * folds + fold (set by RoundGame)
+
+    @property
+    def width(self) -> int:
+        """Columns of the executors' score totals: one per (label, fold) cell."""
+        return self.classes * self.folds
+
+    def cells(self, start: int = 0, stop: int | None = None) -> Tensor:
+        """The cells (label * folds + fold) of validation samples start..stop."""
+        bins = self.y_val if self.bins is None else self.bins
+        return bins[start:stop]
 
     @property
     def m(self) -> int:
@@ -176,17 +188,18 @@ def coalition_weights(members: BoolMatrix, inputs: RoundInputs) -> Tensor:
     return coeffs.to(inputs.weights.dtype) * inputs.server_lr
 
 
-def score_logits(logits: Tensor, y: Tensor, metric: Metric) -> Tensor:
-    """Per coalition and class, the sum of the per-sample scores of the samples of that label: float64
-    (B, classes) on the logits' device. The row sums are the coalitions' scores (U times n); every
-    metric here is a mean of per-sample scores, so each splits by label the same way.
+def score_logits(logits: Tensor, y: Tensor, metric: Metric, cells: Tensor, width: int) -> Tensor:
+    """Per coalition and cell, the sum of the per-sample scores of the samples in that cell (a validation
+    label and fold, RoundInputs.cells): float64 (B, width) on the logits' device. The row sums are the
+    coalitions' scores (U times n); every metric here is a mean of per-sample scores, so each splits by
+    cell the same way.
 
     `logits` has shape (B, n, classes); logits in a lower precision (bfloat16 under autocast) are scored
     in float32. Nothing here waits for the device: the caller copies the totals to the host.
     """
     if logits.dtype in (torch.bfloat16, torch.float16):
         logits = logits.float()
-    batch, classes = logits.shape[0], logits.shape[-1]
+    batch = logits.shape[0]
     if callable(metric):
         rows = []
         for b in range(batch):
@@ -203,10 +216,10 @@ def score_logits(logits: Tensor, y: Tensor, metric: Metric) -> Tensor:
     else:
         log_probs = torch.log_softmax(logits.to(torch.float64), dim=-1)
         per_sample = log_probs.gather(-1, y.view(1, -1, 1).expand(batch, -1, 1)).squeeze(-1)
-    return by_label(per_sample, y, classes)
+    return by_cell(per_sample, cells, width)
 
 
-def by_label(per_sample: Tensor, y: Tensor, classes: int) -> Tensor:
-    """(B, n) per-sample scores summed per label: (B, classes)."""
-    out = torch.zeros((per_sample.shape[0], classes), dtype=torch.float64, device=per_sample.device)
-    return out.index_add_(1, y, per_sample.to(torch.float64))
+def by_cell(per_sample: Tensor, cells: Tensor, width: int) -> Tensor:
+    """(B, n) per-sample scores summed per cell: (B, width)."""
+    out = torch.zeros((per_sample.shape[0], width), dtype=torch.float64, device=per_sample.device)
+    return out.index_add_(1, cells, per_sample.to(torch.float64))

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsv.valuation.api import Plan, make_estimator, plan_game
-from fedsv.valuation.by_class import ClassValues, class_values
+from fedsv.valuation.by_class import ClassValues, FoldValues, split_values
 from fedsv.valuation.game import Game
 from fedsv.valuation.loo import LeaveOneOut
 from fedsv.valuation.spec import ValuationSpec
@@ -45,6 +45,9 @@ class RoundValues:
     seconds: float
     stderr: npt.NDArray[np.float64] | None = None
     classes: ClassValues | None = None  # per participant and validation label (by_class); None: not split
+    folds: FoldValues | None = None  # per participant and validation fold (by_class); None: not split
+    selected: list[str] | None = None  # the round's selection, when some were not aggregated (turned
+    # away, late): they are valued 0 in this round (they contributed nothing); None: the participants
 
     def __post_init__(self) -> None:
         self.fedsv = np.asarray(self.fedsv, dtype=np.float64)
@@ -62,6 +65,12 @@ class RoundValues:
             )
         if self.stderr is not None and self.stderr.shape != (n,):
             raise ValueError(f"round {self.round}: {n} participants but stderr {self.stderr.shape}")
+        if self.selected is not None and not set(self.participants) <= set(self.selected):
+            raise ValueError(f"round {self.round}: participants {self.participants} not all selected")
+        if self.folds is not None and self.folds.fedsv.shape[0] != n:
+            raise ValueError(
+                f"round {self.round}: {n} participants, values per fold of {self.folds.fedsv.shape[0]}"
+            )
         if self.classes is not None and self.classes.values.shape[0] != n:
             raise ValueError(
                 f"round {self.round}: {n} participants, values per label of {self.classes.values.shape[0]}"
@@ -107,7 +116,7 @@ def value_round(
         on_plan(chosen)
     result = make_estimator(chosen, spec).run(game)
     loo = LeaveOneOut().run(game)
-    classes = class_values(game, chosen, spec, result)
+    split = split_values(game, chosen, spec, result)
     seconds = time.perf_counter() - start
     rv = RoundValues(
         round=int(round),
@@ -120,7 +129,8 @@ def value_round(
         evaluations=game.evaluations - before,
         seconds=seconds,
         stderr=np.zeros(game.m) if result.stderr is None else result.stderr,
-        classes=classes,
+        classes=split.classes,
+        folds=split.folds,
     )
     logger.info(
         "round %d: %s over %d participants, %d evaluations, %.3fs, largest stderr %.2g, residual %.2e",

@@ -20,7 +20,7 @@ from fedsv.valuation import RoundGame
 from fedsv.valuation.exact import all_coalitions
 from fedsv.valuation.executors import Compute, fused_head
 from fedsv.valuation.executors.fast import FastExecutor, FusedHead
-from fedsv.valuation.round_inputs import by_label, coalition_weights
+from fedsv.valuation.round_inputs import by_cell, coalition_weights
 
 SIZES = [(70, 40, 72, 3), (5, 16, 16, 16), (130, 200, 200, 10)]
 """(samples, stem width, hidden width, classes): not multiples of the kernel's blocks, and the MLP's."""
@@ -43,7 +43,7 @@ def random_heads() -> list[dict[str, list[int] | list[list[int]]]]:
         p64 = {k: v.double() for k, v in params.items()}
         hidden = torch.relu(torch.baddbmm(p64["1.bias"][:, None], h1.double(), p64["1.weight"].mT))
         logits = torch.baddbmm(p64["3.bias"][:, None], hidden, p64["3.weight"].mT)
-        expected = by_label((logits.argmax(-1) == y).double(), y, classes)
+        expected = by_cell((logits.argmax(-1) == y).double(), y, classes)
         got = fused_head.correct_counts(plan, h1, params, y, "tf32")
         out.append({"n": [n], "kernel": got.tolist(), "reference": expected.long().tolist()})
     return out
@@ -68,12 +68,13 @@ def round_game() -> dict[str, list[list[float]]]:
     coeffs = coalition_weights(all_coalitions(game.m), game.inputs)
     with game.compute.computing():
         chunk, _ = executor.chunking()
-        kernel = torch.zeros((coeffs.shape[0], game.inputs.classes), dtype=torch.float64)
-        layered = torch.zeros((coeffs.shape[0], game.inputs.classes), dtype=torch.float64)
+        kernel = torch.zeros((coeffs.shape[0], game.inputs.width), dtype=torch.float64)
+        layered = torch.zeros((coeffs.shape[0], game.inputs.width), dtype=torch.float64)
         for start, base, per_delta in executor.stems.chunks(chunk):
-            labels = game.inputs.y_val[start : start + base.shape[0]]
-            kernel += fused.score(coeffs, base, per_delta, labels)
-            layered += executor.head.score(coeffs, base, per_delta, labels)
+            stop = start + base.shape[0]
+            labels, cells = game.inputs.y_val[start:stop], game.inputs.cells(start, stop)
+            kernel += fused.score(coeffs, base, per_delta, labels, cells)
+            layered += executor.head.score(coeffs, base, per_delta, labels, cells)
     return {"kernel": kernel.tolist(), "layered": layered.tolist()}
 
 

@@ -11,7 +11,7 @@ from fedsv.valuation import RoundGame
 from fedsv.valuation.executors import fast, whole_model
 from fedsv.valuation.executors.fast import FastExecutor
 
-Score = Callable[[Tensor, Tensor, object], Tensor]
+Score = Callable[[Tensor, Tensor, object, Tensor, int], Tensor]
 
 
 def fast_executor(game: RoundGame) -> FastExecutor:

@@ -19,7 +19,7 @@ from fedsv.valuation import RoundGame
 from fedsv.valuation.exact import ExactShapley
 from fedsv.valuation.executors import fused_head
 from fedsv.valuation.executors.fast import FusedHead
-from fedsv.valuation.round_inputs import by_label
+from fedsv.valuation.round_inputs import by_cell
 from tests.support.round_games import fast_executor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def test_kernel_counts_like_torch(n: int, d1: int, d2: int, classes: int) -> Non
     p64 = {k: v.double() for k, v in params.items()}
     hidden = torch.relu(torch.baddbmm(p64["1.bias"][:, None], h1.double(), p64["1.weight"].mT))
     logits = torch.baddbmm(p64["3.bias"][:, None], hidden, p64["3.weight"].mT)
-    expected = by_label((logits.argmax(-1) == y).double(), y, classes).long()
+    expected = by_cell((logits.argmax(-1) == y).double(), y, classes).long()
     got = fused_head.correct_counts(plan, h1, params, y, "tf32")
     # TF32 products against float64: an argmax may differ only where two logits tie within TF32's
     # rounding (about 1e-3 relative), a few samples in a thousand.
@@ -143,6 +143,6 @@ def test_the_kernel_under_tritons_interpreter_scores_like_the_layer_by_layer_hea
         assert kernel.shape == reference.shape  # (coalitions, labels): correct predictions per label
         assert np.abs(kernel - reference).sum(axis=1).max() <= max(1, n // 50)
     kernel, layered = np.array(result["round"]["kernel"]), np.array(result["round"]["layered"])
-    assert kernel.shape == (64, 10) and np.all(kernel.sum(axis=1) > 0)
+    assert kernel.shape == (64, 10 * 8) and np.all(kernel.sum(axis=1) > 0)  # (label, fold) cells
     flips = np.abs(kernel - layered).sum(axis=1)  # both fp32 products here: equal, up to a rare tie
     assert flips.max() <= 1 and np.mean(flips > 0) <= 0.05, flips

@@ -21,6 +21,7 @@ from fedsv.ledger import (
     UpdateRow,
     ValueRow,
 )
+from fedsv.ledger.schema import SCHEMA_VERSION
 from tests.support.records import CONFIG, make_record, make_rows
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,6 +204,10 @@ def test_update_rows_record_each_aggregated_count(ledger: Ledger) -> None:
 def _downgrade(path: Path, version: int) -> None:
     """Make a current ledger look like what a coordinator of schema `version` left."""
     with sqlite3.connect(path) as conn:
+        if version < 6:  # no refusals, no values per fold, no validation error per label
+            conn.execute("ALTER TABLE rounds DROP COLUMN refused")
+            conn.execute("DROP TABLE fold_values")
+            conn.execute("ALTER TABLE class_values DROP COLUMN validation")
         if version < 5:  # no values per label
             conn.execute("DROP TABLE class_values")
         if version < 4:  # no standard errors
@@ -233,7 +238,8 @@ def test_a_schema_1_ledger_is_read_and_migrated(tmp_path: Path) -> None:
         assert ledger.updates() == []  # commit() records no update rows
         assert [r.status for r in ledger.rounds()] == [RoundStatus.VALUED] * 2
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("5",)
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        assert version == (str(SCHEMA_VERSION),)
 
 
 def test_a_schema_2_ledger_reads_its_pending_rounds_by_method_and_migrates_them(tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ def run_dir(tmp_path: Path) -> tuple[Path, FederatedValuation]:
             record = type(base)(**{**record.__dict__, "method": method, "max_stderr": max(errors)})
             rv = RoundValues(
                 n, received, np.array(fedsv), np.array(loo), base.utility_before, after, method, 8, 0.01,
-                np.array(errors),
+                np.array(errors), selected=selected,
             )  # fmt: skip
             expected.add_round(rv)
             fn, ln = normalized(fedsv), normalized(loo)
@@ -117,28 +117,29 @@ def test_write_outputs_and_table(run_dir: tuple[Path, FederatedValuation]) -> No
     with outputs["values.csv"].open() as handle:
         rows = list(csv.DictReader(handle))
     assert sorted(r["participant"] for r in rows) == PARTICIPANTS
-    assert list(rows[0]) == ["participant", "rounds_selected", "num_samples", "fedsv", "fedsv_normalized",
-                             "fedsv_completed", "loo", "loo_normalized", "fedsv_stderr",
-                             "fedsv_normalized_stderr", "fedsv_completed_stderr", "rank_by_fedsv",
-                             "separated_from_next"]  # fmt: skip
+    assert list(rows[0]) == ["participant", "rounds_selected", "rounds_refused", "num_samples", "fedsv",
+                             "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized", "fedsv_stderr",
+                             "fedsv_normalized_stderr", "fedsv_completed_stderr", "loo_stderr",
+                             "loo_normalized_stderr", "rank", "group", "separated_from_next"]  # fmt: skip
     fedsv = expected.totals()["fedsv"]
-    best = max(fedsv, key=lambda p: fedsv[p])
-    assert rows[0]["participant"] == best and rows[0]["rank_by_fedsv"] == "1"
-    assert [int(r["rank_by_fedsv"]) for r in rows] == [1, 2, 3, 4, 5]
+    completed = expected.totals()["fedsv_completed"]  # the recommended value ranks
+    best = max(completed, key=lambda p: completed[p])
+    assert rows[0]["participant"] == best and rows[0]["rank"] == "1"
+    assert [int(r["rank"]) for r in rows] == [1, 2, 3, 4, 5]
     by_id = {r["participant"]: r for r in rows}
     assert by_id["p004"]["rounds_selected"] == "1" and float(by_id["p004"]["fedsv"]) == 0.0
     # The sample count each declared (FedAvg's weight) is shown; never aggregated: none.
     assert by_id["p003"]["num_samples"] == "103" and by_id["p004"]["num_samples"] == ""
     assert float(by_id["p001"]["fedsv"]) == pytest.approx(fedsv["p001"])
-    errors = expected.errors()
-    assert (
-        float(by_id["p000"]["fedsv_stderr"]) == pytest.approx(errors["fedsv"]["p000"]) == pytest.approx(0.003)
-    )
-    assert by_id["p000"]["fedsv_normalized_stderr"] == ""  # a sampled round's normalized error is unknown
-    assert by_id["p002"]["fedsv_stderr"] == "0.0" and by_id["p002"]["fedsv_normalized_stderr"] == "0.0"
+    # No values per validation fold recorded: the validation set's part, so the total, is unknown; the
+    # estimator's part is known (the sampled round's 0.003, exact rounds 0).
+    assert by_id["p000"]["fedsv_stderr"] == "" and by_id["p002"]["fedsv_stderr"] == ""
+    estimator = report["stderr_parts"]["estimator"]
+    assert estimator["fedsv"]["p000"] == pytest.approx(expected.error_parts()["estimator"]["fedsv"]["p000"])
+    assert estimator["fedsv"]["p000"] == pytest.approx(0.003) and estimator["fedsv"]["p002"] == 0.0
     table = format_table(report)
     assert all(pid in table for pid in PARTICIPANTS)
-    assert "0.05400 ± 0.00300" in table and "± ?" in table and "± 0 " in table
+    assert "0.05400 ± ?" in table and "verdict:" in table  # no folds recorded: the error is unknown
     assert "final test accuracy 0.5300" in table and "3 rounds" in table and "physical minimum" in table
     assert "fedsv_norm" in table and "p002" in table.split("corrupted: flip:0.5")[0].splitlines()[-1]
 
@@ -168,11 +169,11 @@ def test_adjacent_ranks_within_their_combined_error_are_marked() -> None:
     from fedsv.app.report import separated
 
     a = {"fedsv": 0.10, "fedsv_stderr": 0.01}
-    assert separated(a, {"fedsv": 0.05, "fedsv_stderr": 0.01}) is True  # 0.05 > 1.96 * 0.0141
-    assert separated(a, {"fedsv": 0.08, "fedsv_stderr": 0.01}) is False
-    assert separated(a, {"fedsv": 0.10, "fedsv_stderr": 0.0}) is False  # a tie
-    assert separated({"fedsv": 0.1, "fedsv_stderr": 0.0}, {"fedsv": 0.09, "fedsv_stderr": 0.0}) is True
-    assert separated(a, {"fedsv": 0.0, "fedsv_stderr": None}) is None
+    assert separated(a, {"fedsv": 0.05, "fedsv_stderr": 0.01}, "fedsv") is True  # 0.05 > 1.96 * 0.0141
+    assert separated(a, {"fedsv": 0.08, "fedsv_stderr": 0.01}, "fedsv") is False
+    assert separated(a, {"fedsv": 0.10, "fedsv_stderr": 0.0}, "fedsv") is False  # a tie
+    assert separated({"fedsv": 0.1, "fedsv_stderr": 0.0}, {"fedsv": 0.09, "fedsv_stderr": 0.0}, "fedsv") is True
+    assert separated(a, {"fedsv": 0.0, "fedsv_stderr": None}, "fedsv") is None
 
 
 def test_values_per_label_are_stored_reported_and_drawn(

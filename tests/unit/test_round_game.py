@@ -251,9 +251,9 @@ def test_chunked_path_holds_one_chunk_at_a_time(
         return stem_outputs(x)
 
     def logged(score: Score) -> Score:
-        def logged_score(logits: Tensor, y: Tensor, metric: object) -> Tensor:
+        def logged_score(logits: Tensor, y: Tensor, metric: object, cells: Tensor, width: int) -> Tensor:
             events.append("score")
-            return score(logits, y, metric)
+            return score(logits, y, metric, cells, width)
 
         return logged_score
 

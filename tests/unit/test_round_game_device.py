@@ -190,8 +190,8 @@ def test_scores_stay_tensors_until_the_batch_is_done(
     returned: list[Tensor] = []
 
     def spy(score: Score) -> Score:
-        def scored(logits: Tensor, y: Tensor, metric: Any) -> Tensor:
-            out = score(logits, y, metric)
+        def scored(logits: Tensor, y: Tensor, metric: Any, cells: Tensor, width: int) -> Tensor:
+            out = score(logits, y, metric, cells, width)
             returned.append(out)
             return out
 
@@ -276,9 +276,9 @@ def test_bf16_logits_are_scored_in_float32(setups: dict[str, Setup], monkeypatch
     raw: list[torch.dtype] = []
 
     def spy(score: Score) -> Score:
-        def scored(logits: Tensor, y: Tensor, metric: Any) -> Tensor:
+        def scored(logits: Tensor, y: Tensor, metric: Any, cells: Tensor, width: int) -> Tensor:
             raw.append(logits.dtype)
-            return score(logits, y, metric)
+            return score(logits, y, metric, cells, width)
 
         return scored
 

@@ -31,6 +31,6 @@ class Executor(ABC):
 
     @abstractmethod
     def totals(self, coeffs: Tensor) -> Tensor:
-        """Per coalition (rows of the coefficients (B, m)) and validation label, the sum of its per-sample
-        scores on the validation set: float64 (B, classes) on the game's device (round_inputs.score_logits).
-        Called inside compute.computing()."""
+        """Per coalition (rows of the coefficients (B, m)) and validation cell (a label and a fold,
+        RoundInputs.cells), the sum of its per-sample scores: float64 (B, width) on the game's device
+        (round_inputs.score_logits). Called inside compute.computing()."""

@@ -44,8 +44,9 @@ class Head(ABC):
         self.split, self.inputs, self.compute = split, inputs, compute
 
     @abstractmethod
-    def score(self, c: Tensor, base: Tensor, per_delta: Tensor, y: Tensor) -> Tensor:
-        """Per-sample scores of a chunk's samples with labels y, summed per label: (B, classes) float64."""
+    def score(self, c: Tensor, base: Tensor, per_delta: Tensor, y: Tensor, cells: Tensor) -> Tensor:
+        """Per-sample scores of a chunk's samples with labels y, summed per cell (RoundInputs.cells):
+        (B, width) float64."""
 
     def state(self, rel: str, c: Tensor) -> Tensor:
         """A head tensor (by its name relative to the head) of every coalition in the batch."""
@@ -70,8 +71,8 @@ class StackedHead(Head):
         with self.compute.autocast():
             return stacked_head.run_stacked(head, param, h, first)
 
-    def score(self, c: Tensor, base: Tensor, per_delta: Tensor, y: Tensor) -> Tensor:
-        return score_logits(self.logits(c, base, per_delta), y, self.inputs.metric)
+    def score(self, c: Tensor, base: Tensor, per_delta: Tensor, y: Tensor, cells: Tensor) -> Tensor:
+        return score_logits(self.logits(c, base, per_delta), y, self.inputs.metric, cells, self.inputs.width)
 
 
 class VmapHead(Head):
@@ -90,8 +91,8 @@ class VmapHead(Head):
         with self.compute.autocast():
             return vmap(run_head)(state, h)
 
-    def score(self, c: Tensor, base: Tensor, per_delta: Tensor, y: Tensor) -> Tensor:
-        return score_logits(self.logits(c, base, per_delta), y, self.inputs.metric)
+    def score(self, c: Tensor, base: Tensor, per_delta: Tensor, y: Tensor, cells: Tensor) -> Tensor:
+        return score_logits(self.logits(c, base, per_delta), y, self.inputs.metric, cells, self.inputs.width)
 
 
 class FusedHead(Head):
@@ -105,13 +106,20 @@ class FusedHead(Head):
         super().__init__(split, inputs, compute)
         self.fused = fused
 
-    def score(self, c: Tensor, base: Tensor, per_delta: Tensor, y: Tensor) -> Tensor:
-        f = self.fused
+    def score(self, c: Tensor, base: Tensor, per_delta: Tensor, y: Tensor, cells: Tensor) -> Tensor:
+        """The kernel counts per label; the validation folds are its launches, one per fold."""
+        f, folds = self.fused, self.inputs.folds
         params = {
             rel: self.state(rel, c) for rel in (f.hidden_weight, f.hidden_bias, f.out_weight, f.out_bias)
         }
         h1 = stem_sums(c, base, per_delta, relu=True)
-        return fused_head.correct_counts(f, h1, params, y, self.compute.precision).to(torch.float64)
+        out = torch.zeros((c.shape[0], self.inputs.width), dtype=torch.float64, device=h1.device)
+        for fold in range(folds):
+            index = torch.nonzero(cells % folds == fold).flatten()
+            if index.numel():
+                counts = fused_head.correct_counts(f, h1[:, index], params, y[index], self.compute.precision)
+                out[:, fold::folds] = counts.to(torch.float64)
+        return out
 
 
 class FastExecutor(Executor):
@@ -155,12 +163,14 @@ class FastExecutor(Executor):
 
     def totals(self, coeffs: Tensor) -> Tensor:
         totals = torch.zeros(
-            (coeffs.shape[0], self.inputs.classes), dtype=torch.float64, device=self.compute.device
+            (coeffs.shape[0], self.inputs.width), dtype=torch.float64, device=self.compute.device
         )
         y = self.inputs.y_val
         chunk, batch = self.chunking()
         for start, base, per_delta in self.stems.chunks(chunk):
-            labels = y[start : start + base.shape[0]]
+            stop = start + base.shape[0]
+            labels, cells = y[start:stop], self.inputs.cells(start, stop)
             for b0 in range(0, coeffs.shape[0], batch):
-                totals[b0 : b0 + batch] += self.head.score(coeffs[b0 : b0 + batch], base, per_delta, labels)
+                c = coeffs[b0 : b0 + batch]
+                totals[b0 : b0 + batch] += self.head.score(c, base, per_delta, labels, cells)
         return totals

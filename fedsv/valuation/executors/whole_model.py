@@ -35,16 +35,18 @@ class BatchedExecutor(Executor):
             return vmap(run, in_dims=(0, None))(state, x)
 
     def totals(self, coeffs: Tensor) -> Tensor:
-        x, y = self.inputs.x_val, self.inputs.y_val
+        x, y, cells = self.inputs.x_val, self.inputs.y_val, self.inputs.cells()
         totals = torch.zeros(
-            (coeffs.shape[0], self.inputs.classes), dtype=torch.float64, device=self.compute.device
+            (coeffs.shape[0], self.inputs.width), dtype=torch.float64, device=self.compute.device
         )
         probe = self.compute.model(x[:1]).numel()
         per_sample = max(probe, int(x[:1].numel()))
         batch = max(1, self.memory.budget_floats // max(1, 3 * x.shape[0] * per_sample))
         for b0 in range(0, coeffs.shape[0], batch):
             c = coeffs[b0 : b0 + batch]
-            totals[b0 : b0 + batch] += score_logits(self.logits(c, x), y, self.inputs.metric)
+            totals[b0 : b0 + batch] += score_logits(
+                self.logits(c, x), y, self.inputs.metric, cells, self.inputs.width
+            )
         return totals
 
 
@@ -59,8 +61,9 @@ class NaiveExecutor(Executor):
 
     def totals(self, coeffs: Tensor) -> Tensor:
         x, y, names = self.inputs.x_val, self.inputs.y_val, self.inputs.names
+        cells = self.inputs.cells()
         totals = torch.zeros(
-            (coeffs.shape[0], self.inputs.classes), dtype=torch.float64, device=self.compute.device
+            (coeffs.shape[0], self.inputs.width), dtype=torch.float64, device=self.compute.device
         )
         for b in range(coeffs.shape[0]):
             state = {name: coalition_state(self.inputs, name, coeffs[b : b + 1])[0] for name in names}
@@ -69,5 +72,5 @@ class NaiveExecutor(Executor):
             rebuilt.eval()
             with self.compute.autocast():
                 logits = rebuilt(x)
-            totals[b : b + 1] = score_logits(logits[None], y, self.inputs.metric)
+            totals[b : b + 1] = score_logits(logits[None], y, self.inputs.metric, cells, self.inputs.width)
         return totals

@@ -1,0 +1,99 @@
+"""Whether values tell members apart: a test of their differences against their errors, and the groups
+of members that cannot be told apart."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scipy.stats import chi2
+
+Z95 = 1.959964
+"""Two values differ at 95% when they are more than Z95 combined standard errors apart."""
+
+LEVEL = 0.05
+"""The test's level: the values tell members apart when the p-value is below it."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The test of whether the members' values differ more than their errors allow (Cochran's Q: the
+    weighted spread of the values around their weighted mean, chi-square with n - 1 degrees of freedom
+    when every member's value is the same), and the groups: one of every member where the test finds no
+    difference; else members in value order, each group led by its best member and holding the next
+    ones whose values do not differ from the leader's at 95%.
+    `members`: how many were tested (those with a finite, known error); `p_value` NaN where fewer than
+    two could be."""
+
+    statistic: float
+    p_value: float
+    members: int
+    groups: list[list[str]]
+
+    @property
+    def distinguishes(self) -> bool:
+        return self.p_value < LEVEL
+
+    def line(self) -> str:
+        """The verdict in one line."""
+        if math.isnan(self.p_value):
+            return "verdict: too few values with a known error to tell members apart"
+        many = sum(1 for g in self.groups if len(g) > 1)
+        if not self.distinguishes:
+            return (
+                f"verdict: the values do NOT tell the {self.members} members apart (p = {self.p_value:.2f}): "
+                "their differences are within their errors; pay them alike"
+            )
+        return (
+            f"verdict: the values tell members apart (p = {self.p_value:.2g}); {len(self.groups)} groups, "
+            f"{many} of them of members that cannot be told apart from each other"
+        )
+
+
+def differ(a: float, a_error: float, b: float, b_error: float) -> bool | None:
+    """Whether two values differ at 95%; None when either's error is unknown."""
+    if not (math.isfinite(a_error) and math.isfinite(b_error)):
+        return None
+    return abs(a - b) > Z95 * math.hypot(a_error, b_error)
+
+
+def verdict(values: Mapping[str, float], errors: Mapping[str, float | None]) -> Verdict:
+    """The verdict on `values` (participant -> value) with their standard errors (None or NaN: unknown).
+    A member whose error is unknown is left out of the test and forms a group of its own."""
+    known: dict[str, tuple[float, float]] = {}
+    for pid, value in values.items():
+        error = errors.get(pid)
+        if error is not None and math.isfinite(float(error)) and math.isfinite(value):
+            known[pid] = (value, float(error))
+    statistic, p_value = math.nan, math.nan
+    exact = [p for p, (_, e) in known.items() if e == 0]
+    if len(known) >= 2:
+        if exact:  # an error of 0: any difference is real unless the values are equal
+            distinct = len({known[p][0] for p in exact}) > 1 or len(exact) < len(known)
+            statistic, p_value = (math.inf, 0.0) if distinct else (0.0, 1.0)
+        else:
+            weights = {p: 1.0 / e**2 for p, (_, e) in known.items()}
+            mean = sum(weights[p] * v for p, (v, _) in known.items()) / sum(weights.values())
+            statistic = sum(weights[p] * (v - mean) ** 2 for p, (v, _) in known.items())
+            p_value = float(chi2.sf(statistic, len(known) - 1))
+    groups: list[list[str]] = []
+    leader: tuple[float, float] | None = None
+    order = sorted(values, key=lambda p: (-values[p], p))
+    if not p_value < LEVEL:  # the test finds no difference: every member with a known error is alike
+        alike = [p for p in order if p in known]
+        return Verdict(
+            statistic, p_value, len(known), [alike] * bool(alike) + [[p] for p in order if p not in known]
+        )
+    for pid in order:
+        if pid not in known:
+            groups.append([pid])
+            leader = None
+            continue
+        value, error = known[pid]
+        if leader is not None and differ(leader[0], leader[1], value, error) is False:
+            groups[-1].append(pid)
+            continue
+        groups.append([pid])
+        leader = (value, error)
+    return Verdict(statistic, p_value, len(known), groups)
