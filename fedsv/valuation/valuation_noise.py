@@ -175,7 +175,8 @@ def training_noise(
         return None
     residual = np.where(mask, np.square(values - center), 0.0) * observed / (observed - params)
     counts = mask.sum(axis=1)
-    excess = np.maximum(residual - np.where(mask, np.nan_to_num(known_variance), 0.0), 0.0).sum(axis=1)
+    known = np.where(mask, np.nan_to_num(known_variance), 0.0).sum(axis=1)
+    excess = np.maximum(residual.sum(axis=1) - known, 0.0)
     pooled = float(excess.sum() / observed)
     per_round = (excess + POOLING * pooled) / (counts + POOLING)
     return center, np.sqrt(per_round)

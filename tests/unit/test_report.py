@@ -172,7 +172,8 @@ def test_adjacent_ranks_within_their_combined_error_are_marked() -> None:
     assert separated(a, {"fedsv": 0.05, "fedsv_stderr": 0.01}, "fedsv") is True  # 0.05 > 1.96 * 0.0141
     assert separated(a, {"fedsv": 0.08, "fedsv_stderr": 0.01}, "fedsv") is False
     assert separated(a, {"fedsv": 0.10, "fedsv_stderr": 0.0}, "fedsv") is False  # a tie
-    assert separated({"fedsv": 0.1, "fedsv_stderr": 0.0}, {"fedsv": 0.09, "fedsv_stderr": 0.0}, "fedsv") is True
+    exact = {"fedsv": 0.1, "fedsv_stderr": 0.0}
+    assert separated(exact, {"fedsv": 0.09, "fedsv_stderr": 0.0}, "fedsv") is True
     assert separated(a, {"fedsv": 0.0, "fedsv_stderr": None}, "fedsv") is None
 
 
