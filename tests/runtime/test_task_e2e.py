@@ -103,13 +103,17 @@ def test_the_tabular_example_ranks_the_wrong_label_member_last(tmp_path: Path) -
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + tail(out / "coordinator.log")
     with (out / "values.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    ranked = sorted(rows, key=lambda row: int(row["rank_by_fedsv"]))
+    ranked = sorted(rows, key=lambda row: int(row["rank"]))
     assert ranked[-1]["participant"] == "p005", ranked  # the member whose labels are all wrong
     assert float(ranked[-1]["fedsv"]) <= 0 < min(float(row["fedsv"]) for row in ranked[:-1])
     with Ledger(out / "ledger.sqlite", read_only=True) as ledger:  # turned away, or valued below 0
         turned_away = [r.round for r in ledger.rounds() if "p005" not in r.received]
         valued = [v.fedsv for v in ledger.values() if v.participant == "p005"]
     assert turned_away or sum(valued) < 0
+    report = json.loads((out / "report.json").read_text())  # in every report, with why it was absent
+    assert all("p005" in report["totals"][key] for key in report["totals"])
+    for entry in report["rounds"]:
+        assert entry["round"] not in turned_away or entry["absent"]["p005"] == "direction_rejected"
     assert all(value < 0 for value in valued), valued
     counts = {row["participant"]: row["num_samples"] for row in rows}
     assert counts["p007"] == "67" and counts["p005"] in ("44", "")  # "": none of its updates aggregated
