@@ -92,7 +92,7 @@ class CoordinatorMetrics:
         )
         self.participant_completed_stderr = Gauge(
             "fedsv_participant_fedsv_completed_stderr",
-            "Standard error of the completed FedSV (+Inf: never selected)",
+            "Standard error of the completed FedSV against a rerun (+Inf: never selected; NaN: unknown)",
             ["participant"],
             registry=r,
         )
@@ -122,8 +122,15 @@ class CoordinatorMetrics:
         )
         self.participant_value_stderr = Gauge(
             "fedsv_value_stderr",
-            "Standard error of the cumulative FedSV (0: exact; +Inf: unknown)",
+            "The estimator's standard error of the cumulative FedSV (0: exact; +Inf: unknown)",
             ["participant"],
+            registry=r,
+        )
+        self.participant_rerun_stderr = Gauge(
+            "fedsv_value_rerun_stderr",
+            "Standard error of a total against a rerun of the federation (estimator, validation set, "
+            "training and selection), set when the valuation has caught up (NaN: unknown)",
+            ["participant", "value"],
             registry=r,
         )
         self.round_max_stderr = Gauge(
@@ -193,11 +200,22 @@ class CoordinatorMetrics:
         # Only the round's participants' totals moved: the others' gauges are not touched (O(m)).
         self._set_value_gauges(record, cumulative, record.received, errors)
 
-    def observe_completed(self, ids: Sequence[str], completed: Completed, seconds: float) -> None:
-        """The completed values of every member (the valuation worker completes them when caught up)."""
-        for pid, value, error in zip(ids, completed.totals, completed.stderr, strict=True):
+    def observe_completed(
+        self,
+        ids: Sequence[str],
+        completed: Completed,
+        seconds: float,
+        errors: Mapping[str, Sequence[float]] | None = None,
+    ) -> None:
+        """The completed values of every member and, where given, every total's error against a rerun
+        (per value key, in `ids` order): the valuation worker sets them when caught up."""
+        completed_errors = completed.stderr if errors is None else errors["fedsv_completed"]
+        for pid, value, error in zip(ids, completed.totals, completed_errors, strict=True):
             self.participant_fedsv_completed.labels(participant=pid).set(float(value))
             self.participant_completed_stderr.labels(participant=pid).set(float(error))
+        for key, per_member in (errors or {}).items():
+            for pid, error in zip(ids, per_member, strict=True):
+                self.participant_rerun_stderr.labels(participant=pid, value=key).set(float(error))
         self.completion_seconds.set(seconds)
 
     def restore(

@@ -29,6 +29,7 @@ from fedsv.fl.evaluation import EvalSet
 from fedsv.valuation import FederatedValuation, Plan, RoundValues, ValuationSpec
 from fedsv.valuation.completion import Completed, RoundMatrix
 from fedsv.valuation.round_valuation import GameSettings, value_updates
+from fedsv.valuation.valuation_noise import RoundMatrices, Uncertainty, uncertainty
 
 logger = logging.getLogger(__name__)
 
@@ -75,15 +76,16 @@ class Failed:
 
 @dataclass(frozen=True)
 class Complete:
-    """Complete the values of the rounds so far."""
+    """Complete the values of the rounds so far, and take every total's error against a rerun."""
 
-    matrix: RoundMatrix
+    matrices: RoundMatrices
 
 
 @dataclass(frozen=True)
 class CompletedReply:
     matrix: RoundMatrix
     completed: Completed
+    errors: Uncertainty
     seconds: float
 
 
@@ -138,19 +140,21 @@ def serve(conn: Connection, settings: Settings) -> None:
         if job is None:
             return
         if isinstance(job, Complete):
-            conn.send(_complete(job.matrix))
+            conn.send(_complete(job.matrices))
         else:
             conn.send(_value(job, model, validation, store, settings.game))
 
 
-def _complete(matrix: RoundMatrix) -> CompletedReply | Failed:
+def _complete(matrices: RoundMatrices) -> CompletedReply | Failed:
     started = time.perf_counter()
+    matrix = matrices.completion_matrix()
     try:
         completed = matrix.complete()
+        errors = uncertainty(matrices, completed.chosen)
     except Exception as exc:  # reported; the coordinator carries on without live completed values
-        logger.exception("completing %d rounds failed", matrix.rounds)
-        return Failed(matrix.rounds, f"{type(exc).__name__}: {exc}")
-    return CompletedReply(matrix, completed, time.perf_counter() - started)
+        logger.exception("completing %d rounds failed", matrices.rounds)
+        return Failed(matrices.rounds, f"{type(exc).__name__}: {exc}")
+    return CompletedReply(matrix, completed, errors, time.perf_counter() - started)
 
 
 def _value(

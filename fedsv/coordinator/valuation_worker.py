@@ -39,6 +39,7 @@ from fedsv.coordinator.valuation_process import (
 from fedsv.ledger import Ledger, class_rows, valuation_summary, value_rows
 from fedsv.valuation import FederatedValuation, RoundValues, ValuationSpec
 from fedsv.valuation.round_valuation import GameSettings
+from fedsv.valuation.rounds import TOTAL_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -273,9 +274,10 @@ class ValuationWorker:
     def _complete(self) -> None:
         """Complete the values of the rounds so far and show them (a failure is logged, not fatal; a
         close() abandons it: the report completes the values again from the ledger)."""
-        reply = self._ask(Complete(self._accounting.round_matrix()), "completing the values")
+        reply = self._ask(Complete(self._accounting.matrices()), "completing the values")
         if isinstance(reply, CompletedReply):
-            self._accounting.adopt(reply.matrix, reply.completed)
-            self._metrics.observe_completed(reply.matrix.ids, reply.completed, reply.seconds)
+            self._accounting.adopt(reply.matrix, reply.completed, reply.errors)
+            errors = {key: [float(e) for e in reply.errors.stderr(key)] for key in TOTAL_KEYS}
+            self._metrics.observe_completed(reply.matrix.ids, reply.completed, reply.seconds, errors)
         elif isinstance(reply, Failed):
             logger.warning("completed values not updated after %d rounds: %s", reply.round, reply.error)

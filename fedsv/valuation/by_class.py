@@ -21,11 +21,13 @@ import numpy as np
 
 from fedsv.valuation.api import Plan, make_estimator
 from fedsv.valuation.class_scores import CellGame, ClassScores
+from fedsv.valuation.exact import shapley_from_dense
 from fedsv.valuation.game import FloatArray, Game
 from fedsv.valuation.loo import LeaveOneOut
 from fedsv.valuation.methods import REGISTRY
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.spec import ValuationSpec
+from fedsv.valuation.valuation_noise import fold_stderr
 
 NOT_LINEAR = ("gtg", "random")
 """Methods whose values are not a linear function of the utilities they saw."""
@@ -70,30 +72,14 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
     store = game.cell_scores()
     if store is None or chosen.method in NOT_LINEAR:
         return SplitValues(None, None)
+    table = store.table() if chosen.method == "exact" else None
+    if table is not None:
+        return _exact_split(store, table)
     labels = [_replay(CellGame(store, store.label(c)), chosen, spec, result) for c in range(store.classes)]
     zeros = np.zeros(game.m)
-    validation = None
-    if chosen.method == "exact" and store.folds > 1:
-        from fedsv.valuation.valuation_noise import fold_stderr
-
-        cells = np.stack(
-            [
-                np.stack(
-                    [
-                        _replay(CellGame(store, [c * store.folds + f]), chosen, spec, result).values
-                        for f in range(store.folds)
-                    ],
-                    axis=1,
-                )
-                for c in range(store.classes)
-            ],
-            axis=1,
-        )  # (m, classes, folds)
-        validation = fold_stderr(cells, store.shares)
     classes = ClassValues(
         np.stack([r.values for r in labels], axis=1),
         np.stack([zeros if r.stderr is None else r.stderr for r in labels], axis=1),
-        validation,
     )
     if store.folds == 1:
         return SplitValues(classes, None)
@@ -101,6 +87,21 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
     fedsv = np.stack([_replay(g, chosen, spec, result).values for g in fold_games], axis=1)
     loo = np.stack([LeaveOneOut().run(g).values for g in fold_games], axis=1)
     return SplitValues(classes, FoldValues(fedsv, loo, store.shares))
+
+
+def _exact_split(store: ClassScores, table: FloatArray) -> SplitValues:
+    """An exactly valued round split by every (label, fold) cell at once, from its table of utilities:
+    one pass over the table for every cell's game (exact.shapley_from_dense), LOO read off it."""
+    m, folds = store.m, store.folds
+    cells = shapley_from_dense(table).reshape(m, store.classes, folds)
+    grand = table[-1]
+    without = table[(2**m - 1) ^ (1 << np.arange(m))]  # N minus each player, (m, width)
+    loo = (grand[None, :] - without).reshape(m, store.classes, folds)
+    validation = fold_stderr(cells, store.shares) if folds > 1 else None
+    classes = ClassValues(cells.sum(axis=2), np.zeros((m, store.classes)), validation)
+    if folds == 1:
+        return SplitValues(classes, None)
+    return SplitValues(classes, FoldValues(cells.sum(axis=1), loo.sum(axis=1), store.shares))
 
 
 def _replay(part: Game, chosen: Plan, spec: ValuationSpec, result: ValuationResult) -> ValuationResult:

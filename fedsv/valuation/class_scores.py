@@ -95,6 +95,12 @@ class ClassScores:
             [float(self._sparse[int(mask)][cells].sum()) for mask in masks.tolist()], dtype=np.float64
         )
 
+    def table(self) -> FloatArray | None:
+        """Every coalition's per-cell utilities in bitmask order (2^m, width), when all were evaluated."""
+        if self._dense is None or np.isnan(self._dense).any():
+            return None
+        return np.asarray(self._dense, dtype=np.float64)
+
     def label(self, label: int) -> slice:
         """The cells of one validation label."""
         return slice(label * self.folds, (label + 1) * self.folds)

@@ -61,7 +61,8 @@ def shapley_from_table(members: BoolMatrix, utilities: FloatArray) -> FloatArray
 
 
 def shapley_from_dense(table: FloatArray) -> FloatArray:
-    """Shapley values from a dense table of all 2^m utilities, table[b] = U(coalition with bitmask b).
+    """Shapley values from a dense table of all 2^m utilities, table[b] = U(coalition with bitmask b);
+    a table (2^m, K) holds K games (a round's validation cells) and gives their values as (m, K).
 
     s_i = sum_S c_i(S) U(S) with c_i(S) = w[|S|-1] if i is in S, else -w[|S|]; so
     s_i = sum_{S contains i} (w[|S|-1] + w[|S|]) U(S) - sum_S w[|S|] U(S): one pass over half the
@@ -69,7 +70,7 @@ def shapley_from_dense(table: FloatArray) -> FloatArray:
     """
     table = np.asarray(table, dtype=np.float64)
     m = int(table.shape[0]).bit_length() - 1
-    if m < 1 or table.shape != (2**m,):
+    if m < 1 or table.shape[0] != 2**m or table.ndim > 2:
         raise ValueError(f"need a table of 2^m utilities, got shape {table.shape}")
     if not np.all(np.isfinite(table)):
         raise ValueError("the utility table has missing or non-finite entries")
@@ -77,10 +78,14 @@ def shapley_from_dense(table: FloatArray) -> FloatArray:
     sizes = np.zeros(2**m, dtype=np.int64)
     for i in range(m):
         sizes.reshape(-1, 2, 2**i)[:, 1, :] += 1
-    weighted_out = w[sizes] * table
-    both = (w[np.maximum(sizes - 1, 0)] + w[sizes]) * table
-    common = float(weighted_out.sum())
-    return np.array([float(both.reshape(-1, 2, 2**i)[:, 1, :].sum()) - common for i in range(m)])
+    games = table.reshape(2**m, -1)
+    weighted_out = w[sizes][:, None] * games
+    both = (w[np.maximum(sizes - 1, 0)] + w[sizes])[:, None] * games
+    common = weighted_out.sum(axis=0)
+    values = np.stack(
+        [both.reshape(-1, 2, 2**i, games.shape[1])[:, 1].sum(axis=(0, 1)) - common for i in range(m)]
+    )
+    return values[:, 0] if table.ndim == 1 else values
 
 
 class ExactShapley(Estimator):

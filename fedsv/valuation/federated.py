@@ -134,8 +134,7 @@ class FederatedValuation:
         """The rounds' values as the round-by-participant matrix a completion starts from (the world's
         participants first, then any other selected); a member selected but not aggregated (turned
         away, late) is observed at 0 in that round: it contributed nothing."""
-        m = self.matrices()
-        return RoundMatrix(m.ids, m.fedsv, np.sqrt(m.estimator_variance), m.mask, m.selected)
+        return self.matrices().completion_matrix()
 
     def matrices(self) -> RoundMatrices:
         """The rounds' FedSV and LOO, their estimator's variance and their values per validation fold as
@@ -162,10 +161,15 @@ class FederatedValuation:
         selected = [len(rv.selected or rv.participants) for rv in rounds]
         return RoundMatrices(ids, fedsv, loo, mask, variance, selected, fedsv_f, loo_f, shares)
 
-    def adopt(self, matrix: RoundMatrix, completed: Completed) -> None:
-        """Use `completed`, the completion of this accounting's round_matrix() when it held
-        `matrix.rounds` rounds (as the valuation process returns it), until another round is added."""
+    def adopt(
+        self, matrix: RoundMatrix, completed: Completed, errors: Uncertainty | None = None
+    ) -> None:
+        """Use `completed` (and `errors`), the completion (and the uncertainty) of this accounting's
+        round_matrix() when it held `matrix.rounds` rounds (as the valuation process returns them),
+        until another round is added."""
         self._completed = (matrix.rounds, completed, matrix.ids)
+        if errors is not None:
+            self._uncertainty = (matrix.rounds, errors)
 
     def uncertainty(self) -> Uncertainty:
         """Every total's standard error by part (valuation_noise): the estimator's, the validation set's

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.completion import Model, choose, fit
+from fedsv.valuation.completion import Model, RoundMatrix, choose, fit
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -89,6 +89,15 @@ class RoundMatrices:
     fedsv_folds: FloatArray
     loo_folds: FloatArray
     shares: FloatArray
+
+    @property
+    def rounds(self) -> int:
+        return int(self.fedsv.shape[0])
+
+    def completion_matrix(self) -> RoundMatrix:
+        """What a completion starts from: FedSV with its estimator's errors."""
+        errors = np.sqrt(self.estimator_variance)
+        return RoundMatrix(self.ids, self.fedsv, errors, self.mask, self.selected)
 
     @property
     def weights(self) -> FloatArray:

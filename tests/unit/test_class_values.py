@@ -59,7 +59,7 @@ def test_a_label_a_participant_damages_shows_up_there() -> None:
     assert rv.classes is not None
     by_label = rv.classes.values
     assert by_label[0, 3] < 0 and by_label[0, 3] == by_label[0].min()
-    assert np.all(by_label[1:, 3] >= 0)
+    assert np.all(by_label[1:, 3] >= -1e-12)  # up to float rounding
 
 
 def test_gtg_values_are_not_split_by_label() -> None:
