@@ -77,12 +77,16 @@ class FederatedValuation:
         return list(seen)
 
     def totals(self) -> dict[str, dict[str, float]]:
-        """Per participant, the totals of TOTAL_KEYS: the sums() and fedsv_completed (completed())."""
+        """Per participant, the totals of TOTAL_KEYS: the sums(), fedsv_completed (completed()) and
+        fedsv_shrunk (the completed totals shrunk by their noise, shrinkage.py)."""
         out = self.sums()
-        out["fedsv_completed"] = {}
+        out["fedsv_completed"], out["fedsv_shrunk"] = {}, {}
         if self._rounds:
             ids, completed = self.completed()
             out["fedsv_completed"] = dict(zip(ids, map(float, completed.totals), strict=True))
+            shrinkage = self.uncertainty().shrinkage
+            assert shrinkage is not None  # uncertainty() takes it from the completed totals
+            out["fedsv_shrunk"] = dict(zip(ids, map(float, shrinkage.apply(completed.totals)), strict=True))
         return {key: out[key] for key in TOTAL_KEYS}
 
     def sums(self) -> dict[str, dict[str, float]]:
@@ -91,7 +95,9 @@ class FederatedValuation:
         valued, as for one selected but not aggregated): the totals that move with every round,
         without the completion (what live metrics show)."""
         out: dict[str, dict[str, float]] = {
-            key: dict.fromkeys(self.participants(), 0.0) for key in TOTAL_KEYS if key != "fedsv_completed"
+            key: dict.fromkeys(self.participants(), 0.0)
+            for key in TOTAL_KEYS
+            if key not in ("fedsv_completed", "fedsv_shrunk")
         }
         for rv in self.per_round():
             vectors = {
@@ -176,7 +182,8 @@ class FederatedValuation:
         and a rerun's; computed once per number of rounds recorded."""
         if self._uncertainty is None or self._uncertainty[0] != len(self._rounds):
             _, completed = self.completed()
-            self._uncertainty = (len(self._rounds), uncertainty(self.matrices(), completed.chosen))
+            found = uncertainty(self.matrices(), completed.chosen, completed.totals)
+            self._uncertainty = (len(self._rounds), found)
         return self._uncertainty[1]
 
     def errors(self) -> dict[str, dict[str, float]]:

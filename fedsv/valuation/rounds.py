@@ -19,8 +19,9 @@ from fedsv.valuation.spec import ValuationSpec
 
 logger = logging.getLogger(__name__)
 
-TOTAL_KEYS = ("fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized")
-"""The totals every participant gets (FederatedValuation.totals()); fedsv_completed: completion.py."""
+TOTAL_KEYS = ("fedsv", "fedsv_normalized", "fedsv_completed", "fedsv_shrunk", "loo", "loo_normalized")
+"""The totals every participant gets (FederatedValuation.totals()); fedsv_completed: completion.py;
+fedsv_shrunk: shrinkage.py."""
 
 
 @dataclass

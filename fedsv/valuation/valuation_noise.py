@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsv.valuation.completion import Model, RoundMatrix, choose, fit
+from fedsv.valuation.shrinkage import Shrinkage
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -110,6 +111,7 @@ class Uncertainty:
     """Per value (TOTAL_KEYS) and part (COMPONENTS): each participant's standard error (NaN: unknown)."""
 
     parts: dict[str, dict[str, FloatArray]]
+    shrinkage: Shrinkage | None = None  # how the shrunk value is taken from the completed (shrinkage.py)
 
     def stderr(self, key: str) -> FloatArray:
         """The parts of `key` combined in quadrature (unknown where any part is)."""
@@ -123,8 +125,11 @@ def _norms(values: FloatArray, mask: BoolArray) -> FloatArray:
     return np.where(norms > 0, norms, 1.0)
 
 
-def _validation(matrices: RoundMatrices, model: Model | None, seed: int) -> dict[str, FloatArray]:
-    """Each total's validation part, from its fold totals (NaN where a round it sums was not split)."""
+def _validation(
+    matrices: RoundMatrices, model: Model | None, seed: int
+) -> tuple[dict[str, FloatArray], FloatArray]:
+    """Each total's validation part, from its fold totals (NaN where a round it sums was not split), and
+    the completed value's fold totals (N, F)."""
     mask, weights, shares = matrices.mask, matrices.weights, matrices.shares
     unsplit = np.isnan(matrices.fedsv_folds).any(axis=2) & mask
     unknown = unsplit.any(axis=0)
@@ -146,7 +151,7 @@ def _validation(matrices: RoundMatrices, model: Model | None, seed: int) -> dict
     out = {key: fold_stderr(fold_totals, shares) for key, fold_totals in totals.items()}
     for key in out:
         out[key][unknown] = math.nan
-    return out
+    return out, completed
 
 
 def _estimator(matrices: RoundMatrices) -> dict[str, FloatArray]:
@@ -200,7 +205,7 @@ def _simulate(
     replicates: int,
     seed: int,
 ) -> dict[str, FloatArray]:
-    """The spread over simulated reruns of each member's totals (sum, normalized and completed)."""
+    """Each member's totals (sum, normalized and completed) over simulated reruns, (replicates, N)."""
     rounds, members = center.shape
     rng = np.random.default_rng(seed)
     weights = np.asarray(selected, dtype=np.float64) / members
@@ -215,11 +220,18 @@ def _simulate(
         if completed:
             filled = observed if model is None else np.where(mask, values, fit(values, mask, model, seed))
             draws["completed"].append(weights @ filled)
-    return {key: np.std(np.array(d), axis=0, ddof=1) for key, d in draws.items() if d}
+    return {key: np.array(d) for key, d in draws.items() if d}
 
 
-def _rerun(matrices: RoundMatrices, model: Model | None, replicates: int, seed: int) -> dict[str, FloatArray]:
-    """Each total's training-and-selection part, from simulated reruns (NaN where it cannot be told)."""
+def _spread(draws: FloatArray) -> FloatArray:
+    return np.asarray(np.std(draws, axis=0, ddof=1), dtype=np.float64)
+
+
+def _rerun(
+    matrices: RoundMatrices, model: Model | None, replicates: int, seed: int
+) -> tuple[dict[str, FloatArray], FloatArray | None]:
+    """Each total's training-and-selection part, from simulated reruns (NaN where it cannot be told),
+    and the completed value's simulated totals (replicates, N), None where there are none."""
     unknown = np.full(len(matrices.ids), math.nan)
     validation_var = np.square(
         np.nan_to_num(fold_stderr(np.nan_to_num(matrices.fedsv_folds), matrices.shares))
@@ -228,29 +240,53 @@ def _rerun(matrices: RoundMatrices, model: Model | None, replicates: int, seed: 
     noise_model = model or choose(matrices.fedsv, matrices.mask, seed)[0]
     out = dict.fromkeys(("fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized"), unknown)
     fedsv = training_noise(matrices.fedsv, matrices.mask, known, noise_model, seed)
+    completed = None
     if fedsv is not None:
-        spread = _simulate(*fedsv, matrices.selected, model, True, replicates, seed)
-        out |= {"fedsv": spread["sum"], "fedsv_normalized": spread["normalized"]}
-        out["fedsv_completed"] = spread["completed"]
+        draws = _simulate(*fedsv, matrices.selected, model, True, replicates, seed)
+        out |= {"fedsv": _spread(draws["sum"]), "fedsv_normalized": _spread(draws["normalized"])}
+        completed = draws["completed"]
+        out["fedsv_completed"] = _spread(completed)
     loo_validation = np.square(np.nan_to_num(fold_stderr(np.nan_to_num(matrices.loo_folds), matrices.shares)))
     loo = training_noise(matrices.loo, matrices.mask, loo_validation, noise_model, seed)
     if loo is not None:
-        spread = _simulate(*loo, matrices.selected, model, False, replicates, seed)
-        out |= {"loo": spread["sum"], "loo_normalized": spread["normalized"]}
-    return out
+        draws = _simulate(*loo, matrices.selected, model, False, replicates, seed)
+        out |= {"loo": _spread(draws["sum"]), "loo_normalized": _spread(draws["normalized"])}
+    return out, completed
 
 
 def uncertainty(
-    matrices: RoundMatrices, model: Model | None, replicates: int = REPLICATES, seed: int = 0
+    matrices: RoundMatrices,
+    model: Model | None,
+    completed: FloatArray | None = None,
+    replicates: int = REPLICATES,
+    seed: int = 0,
 ) -> Uncertainty:
-    """Every total's standard error by part; `model`: the completion's (None: nothing was missing)."""
+    """Every total's standard error by part; `model`: the completion's (None: nothing was missing);
+    `completed`: the completed totals, from which the shrunk value (shrinkage.py) and its errors are
+    taken (its parts: the completed value's, through the shrinkage's linear map)."""
     never = ~matrices.mask.any(axis=0)
-    parts = {
-        "estimator": _estimator(matrices),
-        "validation": _validation(matrices, model, seed),
-        "rerun": _rerun(matrices, model, replicates, seed),
-    }
+    validation, completed_folds = _validation(matrices, model, seed)
+    rerun, completed_draws = _rerun(matrices, model, replicates, seed)
+    parts = {"estimator": _estimator(matrices), "validation": validation, "rerun": rerun}
     for part in parts.values():
-        for key, errors in part.items():
-            part[key] = np.where(never, math.inf, errors) if key == "fedsv_completed" else errors
-    return Uncertainty(parts)
+        part["fedsv_completed"] = np.where(never, math.inf, part["fedsv_completed"])
+    result = Uncertainty(parts)
+    if completed is None:
+        return result
+    shrinkage = Shrinkage.of(completed, result.stderr("fedsv_completed"))
+    matrix = shrinkage.matrix()
+    parts["estimator"]["fedsv_shrunk"] = np.sqrt(
+        np.square(matrix) @ np.square(parts["estimator"]["fedsv_completed"])
+    )
+    parts["validation"]["fedsv_shrunk"] = fold_stderr(shrinkage.apply(completed_folds), matrices.shares)
+    parts["rerun"]["fedsv_shrunk"] = (
+        np.full(len(matrices.ids), math.nan)
+        if completed_draws is None
+        else _spread(completed_draws @ matrix.T)
+    )
+    for key in ("validation", "rerun"):
+        unknown = ~np.isfinite(parts[key]["fedsv_completed"])
+        parts[key]["fedsv_shrunk"] = np.where(
+            unknown, parts[key]["fedsv_completed"], parts[key]["fedsv_shrunk"]
+        )
+    return Uncertainty(parts, shrinkage)

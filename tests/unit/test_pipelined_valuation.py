@@ -107,7 +107,8 @@ def test_a_round_left_pending_by_a_kill_gets_the_same_values_from_a_new_worker(t
         assert completed == pytest.approx(accounting.totals()["fedsv"][pid], abs=1e-12)
         # its error against a rerun (the validation folds', the training's), the same as the report's
         error = registry.get_sample_value("fedsv_participant_fedsv_completed_stderr", {"participant": pid})
-        assert error == pytest.approx(accounting.errors()["fedsv_completed"][pid]) and error > 0
+        assert error is not None and error > 0
+        assert error == pytest.approx(accounting.errors()["fedsv_completed"][pid])
         rerun = registry.get_sample_value("fedsv_value_rerun_stderr", {"participant": pid, "value": "fedsv"})
         assert rerun == pytest.approx(accounting.errors()["fedsv"][pid])
     assert (registry.get_sample_value("fedsv_completion_seconds") or -1) >= 0
