@@ -77,8 +77,10 @@ def table(reports: list[dict]) -> str:
     for key in KEYS:
         totals = np.array([[rep["totals"][key][p] or 0.0 for p in ids] for rep in reports])
         errors = np.array([[rep["stderr"][key][p] for p in ids] for rep in reports], dtype=float)
-        sd = totals.std(axis=0, ddof=1)
-        ratio = float(np.median(sd / np.nanmean(errors, axis=0)))
+        sd, stated = totals.std(axis=0, ddof=1), np.nanmean(errors, axis=0)
+        # a member valued 0 in every rerun (turned away in every round) with a stated 0 agrees exactly
+        spread = stated > 0
+        ratio = float(np.median(sd[spread] / stated[spread]))
         col = {p: k for k, p in enumerate(ids)}
         gaps = [abs(totals[s, col[a]] - totals[s, col[b]]) for s in range(len(reports)) for a, b in twins]
         overlap = [

@@ -50,6 +50,7 @@ RIDGES = (1e-6, 1e-4, 1e-2, 1.0)
 mean number of observed entries per row (a factor's entries scale as the square root of a value)."""
 
 FOLDS = 5
+ADDITIVE_ITERATIONS = 25
 ITERATIONS = 200
 TOLERANCE = 1e-7
 """ALS stops when the fit moves less than this, relative to its size."""
@@ -58,19 +59,27 @@ TOLERANCE = 1e-7
 @dataclass(frozen=True)
 class Model:
     """How missing entries are predicted: "round means" (a round's mean observed value), "member
-    means" (the member's mean observed value), or "low rank" (A B^T of `rank`, with `ridge`)."""
+    means" (the member's mean observed value), "rounds and members" (a round's level plus a member's
+    offset, the offset pulled towards 0 by `ridge` observations' worth: between the two means), or
+    "low rank" (A B^T of `rank`, with `ridge`)."""
 
     kind: str
     rank: int = 0
     ridge: float = 0.0
 
     def __str__(self) -> str:
-        return f"rank {self.rank}, ridge {self.ridge:g}" if self.kind == "low rank" else self.kind
+        if self.kind == "low rank":
+            return f"rank {self.rank}, ridge {self.ridge:g}"
+        return f"rounds and members, ridge {self.ridge:g}" if self.kind == "rounds and members" else self.kind
 
+
+OFFSET_RIDGES = (0.0, 2.0, 8.0)
+"""The pulls on a member's offset tried, in observations' worth."""
 
 CANDIDATES = (
     Model("round means"),
     Model("member means"),
+    *(Model("rounds and members", 0, ridge) for ridge in OFFSET_RIDGES),
     *(Model("low rank", rank, ridge) for rank in RANKS for ridge in RIDGES),
 )
 """The models cross-validation chooses from, simplest first (ties go to the simpler)."""
@@ -102,20 +111,48 @@ def _solve_rows(values: FloatArray, mask: FloatArray, factor: FloatArray, ridge:
 @dataclass(frozen=True)
 class RoundMatrix:
     """What a completion starts from: the participants (columns), and per round (rows) their values,
-    standard errors and whether they were selected (mask); `selected` is m_t, each row's selection."""
+    standard errors and whether they were selected (mask); `selected` is m_t, each row's selection;
+    `accepted`: which selected updates were aggregated (None: all), the others valued 0."""
 
     ids: list[str]
     values: FloatArray
     errors: FloatArray
     mask: npt.NDArray[np.bool_]
     selected: list[int]
+    accepted: npt.NDArray[np.bool_] | None = None
 
     @property
     def rounds(self) -> int:
         return int(self.values.shape[0])
 
     def complete(self, seed: int = 0) -> Completed:
-        return complete(self.values, self.mask, self.errors, self.selected, len(self.ids), seed)
+        return complete(
+            self.values, self.mask, self.errors, self.selected, len(self.ids), seed, self.accepted
+        )
+
+
+def acceptance(mask: npt.NDArray[np.bool_], accepted: npt.NDArray[np.bool_]) -> FloatArray:
+    """Each member's share of its selected updates that were aggregated (1 for one never selected)."""
+    selected = mask.sum(axis=0)
+    return np.where(selected > 0, accepted.sum(axis=0) / np.maximum(selected, 1), 1.0)
+
+
+def completed_totals(
+    values: FloatArray,
+    mask: npt.NDArray[np.bool_],
+    accepted: npt.NDArray[np.bool_],
+    weights: FloatArray,
+    model: Model | None,
+    seed: int = 0,
+) -> FloatArray:
+    """sum_t weights_t V^[t, i]: V^ the value where selected (0 where turned away), else the model's
+    prediction from the aggregated updates times the member's acceptance: a member whose updates are
+    turned away is predicted to be turned away as often where it was not selected."""
+    filled = np.where(accepted, values, 0.0)
+    if model is not None:
+        predicted = _fit(filled, accepted, model, seed) * acceptance(mask, accepted)[None, :]
+        filled = np.where(mask, filled, predicted)
+    return np.asarray(weights @ filled, dtype=np.float64)
 
 
 def _fit(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int) -> FloatArray:
@@ -126,8 +163,23 @@ def _fit(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: in
     if model.kind == "member means":
         means = np.where(mask, values, 0.0).sum(axis=0) / np.maximum(mask.sum(axis=0), 1)
         return np.repeat(means[None, :], values.shape[0], axis=0)
+    if model.kind == "rounds and members":
+        return _additive(values, mask, model.ridge)
     scale = float(np.sqrt(np.mean(np.square(values[mask])))) * max(float(mask.sum(axis=1).mean()), 1.0)
     return _als(values, mask, model.rank, model.ridge * max(scale, 1e-30), seed)
+
+
+def _additive(values: FloatArray, mask: npt.NDArray[np.bool_], ridge: float) -> FloatArray:
+    """level_t + offset_i fitted to the masked entries by alternating means, each offset the mean of the
+    member's residuals over its observations plus `ridge` (so pulled towards 0)."""
+    weights = mask.astype(np.float64)
+    observed = np.where(mask, values, 0.0)
+    rows, columns = np.maximum(weights.sum(axis=1), 1.0), weights.sum(axis=0)
+    offset = np.zeros(values.shape[1])
+    for _ in range(ADDITIVE_ITERATIONS):
+        level = (observed - weights * offset).sum(axis=1) / rows
+        offset = (observed - weights * level[:, None]).sum(axis=0) / np.maximum(columns + ridge, 1e-12)
+    return np.asarray(level[:, None] + offset[None, :], dtype=np.float64)
 
 
 def _als(values: FloatArray, mask: npt.NDArray[np.bool_], rank: int, ridge: float, seed: int) -> FloatArray:
@@ -186,23 +238,25 @@ def complete(
     selected: Sequence[int],
     world: int,
     seed: int = 0,
+    accepted: npt.NDArray[np.bool_] | None = None,
 ) -> Completed:
     """The completed totals of a round-by-participant matrix of values and their estimator's standard
     errors (valuation_noise adds the validation set's and a rerun's).
 
     values, errors (T, N): the observed values and their standard errors where `mask` is True;
-    selected: the number of participants selected in each round (m_t); world: N.
+    selected: the number of participants selected in each round (m_t); world: N; accepted: the
+    selected updates that were aggregated (None: all), the model is fitted on those alone.
     """
-    values = np.where(mask, values, 0.0)
+    accepted = mask if accepted is None else accepted & mask
+    values = np.where(accepted, values, 0.0)
     weights = np.asarray(selected, dtype=np.float64) / float(world)
     chosen: Model | None = None
     if mask.all():
-        model, rmse, filled = "nothing missing", 0.0, values
+        model, rmse = "nothing missing", 0.0
     else:
-        chosen, rmse = choose(values, mask, seed)
+        chosen, rmse = choose(values, accepted, seed)
         model = str(chosen)
-        filled = np.where(mask, values, _fit(values, mask, chosen, seed))
-    totals = weights @ filled
+    totals = completed_totals(values, mask, accepted, weights, chosen, seed)
     stderr = np.sqrt(np.square(weights) @ np.square(np.where(mask, errors, 0.0)))
     never = ~mask.any(axis=0)
     totals[never], stderr[never] = 0.0, math.inf

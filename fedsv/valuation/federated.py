@@ -153,10 +153,11 @@ class FederatedValuation:
         shares = np.ones(1)
         fedsv, loo, variance = np.zeros(shape), np.zeros(shape), np.zeros(shape)
         fedsv_f, loo_f = np.zeros((*shape, folds)), np.zeros((*shape, folds))
-        mask = np.zeros(shape, dtype=bool)
+        mask, accepted = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
         for t, rv in enumerate(rounds):
             mask[t, [column[pid] for pid in rv.selected or rv.participants]] = True
             cols = [column[pid] for pid in rv.participants]
+            accepted[t, cols] = True
             fedsv[t, cols], loo[t, cols] = rv.fedsv, rv.loo
             variance[t, cols] = np.nan if rv.stderr is None else np.square(rv.stderr)
             if rv.folds is None:
@@ -165,7 +166,7 @@ class FederatedValuation:
             fedsv_f[t, cols], shares = merge_folds(rv.folds.fedsv, rv.folds.shares, folds)
             loo_f[t, cols] = merge_folds(rv.folds.loo, rv.folds.shares, folds)[0]
         selected = [len(rv.selected or rv.participants) for rv in rounds]
-        return RoundMatrices(ids, fedsv, loo, mask, variance, selected, fedsv_f, loo_f, shares)
+        return RoundMatrices(ids, fedsv, loo, mask, variance, selected, fedsv_f, loo_f, shares, accepted)
 
     def adopt(
         self, matrix: RoundMatrix, completed: Completed, errors: Uncertainty | None = None

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.completion import Model, RoundMatrix, choose, fit
+from fedsv.valuation.completion import Model, RoundMatrix, acceptance, choose, completed_totals, fit
 from fedsv.valuation.shrinkage import Shrinkage
 
 FloatArray = npt.NDArray[np.float64]
@@ -90,6 +90,7 @@ class RoundMatrices:
     fedsv_folds: FloatArray
     loo_folds: FloatArray
     shares: FloatArray
+    accepted: BoolArray  # the selected updates that were aggregated (the others are valued 0)
 
     @property
     def rounds(self) -> int:
@@ -98,7 +99,7 @@ class RoundMatrices:
     def completion_matrix(self) -> RoundMatrix:
         """What a completion starts from: FedSV with its estimator's errors."""
         errors = np.sqrt(self.estimator_variance)
-        return RoundMatrix(self.ids, self.fedsv, errors, self.mask, self.selected)
+        return RoundMatrix(self.ids, self.fedsv, errors, self.mask, self.selected, self.accepted)
 
     @property
     def weights(self) -> FloatArray:
@@ -145,8 +146,7 @@ def _validation(
     completed = np.zeros_like(totals["fedsv"])
     for f, share in enumerate(shares):
         alone = fedsv_f[:, :, f] / max(float(share), 1e-12)
-        filled = alone if model is None else np.where(mask, alone, fit(alone, mask, model, seed))
-        completed[:, f] = share * (weights @ filled)
+        completed[:, f] = share * completed_totals(alone, mask, matrices.accepted, weights, model, seed)
     totals["fedsv_completed"] = completed
     out = {key: fold_stderr(fold_totals, shares) for key, fold_totals in totals.items()}
     for key in out:
@@ -173,39 +173,50 @@ def _parameters(model: Model, rounds: int, members: int) -> int:
         return members
     if model.kind == "round means":
         return rounds
+    if model.kind == "rounds and members":
+        return rounds + members
     return model.rank * (rounds + members - model.rank)
 
 
 def training_noise(
     values: FloatArray, mask: BoolArray, known_variance: FloatArray, model: Model, seed: int
 ) -> tuple[FloatArray, FloatArray] | None:
-    """The model's fit of every entry and each round's training-noise standard deviation: the residuals'
-    variance (corrected for the model's parameters) less what the estimator and the validation set
-    explain, pooled towards the run's; None when the residuals leave no degree of freedom."""
+    """The model's fit of every entry and each entry's training-noise standard deviation (T, N): the
+    residuals' variance (corrected for the model's parameters) less what the estimator and the
+    validation set explain, per round (pooled towards the run's) times a per-member scale (a member
+    with a small shard is noisier; one whose updates never count is not noisy at all; pooled towards
+    1); None when the residuals leave no degree of freedom."""
     center = fit(values, mask, model, seed)
     observed = int(mask.sum())
     params = _parameters(model, int(mask.any(axis=1).sum()), int(mask.any(axis=0).sum()))
     if observed - params < 2:
         return None
     residual = np.where(mask, np.square(values - center), 0.0) * observed / (observed - params)
-    counts = mask.sum(axis=1)
+    excess = np.maximum(residual - np.where(mask, np.nan_to_num(known_variance), 0.0), 0.0)
     known = np.where(mask, np.nan_to_num(known_variance), 0.0).sum(axis=1)
-    excess = np.maximum(residual.sum(axis=1) - known, 0.0)
-    pooled = float(excess.sum() / observed)
-    per_round = (excess + POOLING * pooled) / (counts + POOLING)
-    return center, np.sqrt(per_round)
+    per_round_excess = np.maximum(residual.sum(axis=1) - known, 0.0)
+    counts = mask.sum(axis=1)
+    pooled = float(per_round_excess.sum() / observed)
+    per_round = (per_round_excess + POOLING * pooled) / (counts + POOLING)
+    scaled = np.where(mask, excess / np.maximum(per_round, 1e-300)[:, None], 0.0)
+    member = (scaled.sum(axis=0) + POOLING) / (mask.sum(axis=0) + POOLING)
+    mean_member = float(np.average(member, weights=np.maximum(mask.sum(axis=0), 1e-12)))
+    member = member / max(mean_member, 1e-300)  # the rounds' scale is the members' average
+    return center, np.sqrt(np.outer(per_round, member))
 
 
 def _simulate(
     center: FloatArray,
-    noise: FloatArray,
+    noise: FloatArray,  # (T, N) standard deviations
     selected: Sequence[int],
+    rate: FloatArray,  # each member's share of selected updates aggregated
     model: Model | None,
     completed: bool,
     replicates: int,
     seed: int,
 ) -> dict[str, FloatArray]:
-    """Each member's totals (sum, normalized and completed) over simulated reruns, (replicates, N)."""
+    """Each member's totals (sum, normalized and completed) over simulated reruns, (replicates, N): each
+    round selects afresh, each selected update is aggregated as often as the member's were."""
     rounds, members = center.shape
     rng = np.random.default_rng(seed)
     weights = np.asarray(selected, dtype=np.float64) / members
@@ -213,13 +224,13 @@ def _simulate(
     for _ in range(replicates):
         order = rng.random((rounds, members)).argsort(axis=1).argsort(axis=1)
         mask = order < np.asarray(selected)[:, None]
-        values = center + noise[:, None] * rng.standard_normal((rounds, members))
-        observed = np.where(mask, values, 0.0)
+        accepted = mask & (rng.random((rounds, members)) < rate[None, :])
+        values = center + noise * rng.standard_normal((rounds, members))
+        observed = np.where(accepted, values, 0.0)
         draws["sum"].append(observed.sum(axis=0))
-        draws["normalized"].append((observed / _norms(values, mask)[:, None]).sum(axis=0))
+        draws["normalized"].append((observed / _norms(values, accepted)[:, None]).sum(axis=0))
         if completed:
-            filled = observed if model is None else np.where(mask, values, fit(values, mask, model, seed))
-            draws["completed"].append(weights @ filled)
+            draws["completed"].append(completed_totals(values, mask, accepted, weights, model, seed))
     return {key: np.array(d) for key, d in draws.items() if d}
 
 
@@ -233,25 +244,44 @@ def _rerun(
     """Each total's training-and-selection part, from simulated reruns (NaN where it cannot be told),
     and the completed value's simulated totals (replicates, N), None where there are none."""
     unknown = np.full(len(matrices.ids), math.nan)
+    accepted, rate = matrices.accepted, acceptance(matrices.mask, matrices.accepted)
     validation_var = np.square(
         np.nan_to_num(fold_stderr(np.nan_to_num(matrices.fedsv_folds), matrices.shares))
     )
     known = matrices.estimator_variance + validation_var
-    noise_model = model or choose(matrices.fedsv, matrices.mask, seed)[0]
+    noise_model = model or choose(matrices.fedsv, accepted, seed)[0]
     out = dict.fromkeys(("fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized"), unknown)
-    fedsv = training_noise(matrices.fedsv, matrices.mask, known, noise_model, seed)
+    fedsv = training_noise(matrices.fedsv, accepted, known, noise_model, seed)
     completed = None
     if fedsv is not None:
-        draws = _simulate(*fedsv, matrices.selected, model, True, replicates, seed)
+        draws = _simulate(*fedsv, matrices.selected, rate, model, True, replicates, seed)
         out |= {"fedsv": _spread(draws["sum"]), "fedsv_normalized": _spread(draws["normalized"])}
         completed = draws["completed"]
         out["fedsv_completed"] = _spread(completed)
     loo_validation = np.square(np.nan_to_num(fold_stderr(np.nan_to_num(matrices.loo_folds), matrices.shares)))
-    loo = training_noise(matrices.loo, matrices.mask, loo_validation, noise_model, seed)
+    loo = training_noise(matrices.loo, accepted, loo_validation, noise_model, seed)
     if loo is not None:
-        draws = _simulate(*loo, matrices.selected, model, False, replicates, seed)
+        draws = _simulate(*loo, matrices.selected, rate, model, False, replicates, seed)
         out |= {"loo": _spread(draws["sum"]), "loo_normalized": _spread(draws["normalized"])}
     return out, completed
+
+
+def _shrunk_rerun(
+    draws: FloatArray, result: Uncertainty, parts: dict[str, dict[str, FloatArray]], seed: int
+) -> FloatArray:
+    """The shrunk value's rerun part: each simulated rerun's completed totals, given the validation set's
+    and the estimator's noise too, shrunk with the factors that rerun would estimate (they move with
+    its spread), less the parts the shrinkage's linear map already carries."""
+    stated = result.stderr("fedsv_completed")
+    known = np.sqrt(
+        np.square(parts["validation"]["fedsv_completed"]) + np.square(parts["estimator"]["fedsv_completed"])
+    )
+    noise = np.random.default_rng(seed + 1).standard_normal(draws.shape) * np.nan_to_num(known, posinf=0.0)
+    shrunk = np.array([Shrinkage.of(row, stated).apply(row) for row in draws + noise])
+    linear = np.square(parts["validation"]["fedsv_shrunk"]) + np.square(parts["estimator"]["fedsv_shrunk"])
+    return np.asarray(
+        np.sqrt(np.maximum(np.square(_spread(shrunk)) - np.nan_to_num(linear), 0.0)), dtype=np.float64
+    )
 
 
 def uncertainty(
@@ -275,14 +305,16 @@ def uncertainty(
         return result
     shrinkage = Shrinkage.of(completed, result.stderr("fedsv_completed"))
     matrix = shrinkage.matrix()
-    parts["estimator"]["fedsv_shrunk"] = np.sqrt(
-        np.square(matrix) @ np.square(parts["estimator"]["fedsv_completed"])
+    estimator = parts["estimator"]["fedsv_completed"]
+    finite = np.where(np.isfinite(estimator), estimator, 0.0)  # an unknown member's row is its own
+    parts["estimator"]["fedsv_shrunk"] = np.where(
+        np.isfinite(estimator), np.sqrt(np.square(matrix) @ np.square(finite)), estimator
     )
     parts["validation"]["fedsv_shrunk"] = fold_stderr(shrinkage.apply(completed_folds), matrices.shares)
     parts["rerun"]["fedsv_shrunk"] = (
         np.full(len(matrices.ids), math.nan)
         if completed_draws is None
-        else _spread(completed_draws @ matrix.T)
+        else _shrunk_rerun(completed_draws, result, parts, seed)
     )
     for key in ("validation", "rerun"):
         unknown = ~np.isfinite(parts[key]["fedsv_completed"])

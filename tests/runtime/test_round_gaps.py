@@ -83,7 +83,8 @@ def test_a_non_finite_update_does_not_hold_its_round_under_mutual_tls(
         for thread in threads:
             thread.join(timeout=120)
         (record,) = coordinator.ledger.rounds()
-        assert record.received == ["p000", "p001"] and record.stragglers == ["p002"]
+        assert record.received == ["p000", "p001"] and record.stragglers == []
+        assert record.refused == {"p002": "non_finite"}  # in the round's record, with why
         refused = registry.get_sample_value("fedsv_updates_rejected_total", {"reason": "non_finite"})
         assert refused == 1
         assert results == {0: "finished", 1: "finished", 2: "finished"}

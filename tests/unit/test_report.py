@@ -16,6 +16,7 @@ from fedsv.app.report import build_report, write_outputs
 from fedsv.app.report_text import format_table
 from fedsv.ledger import Checkpoint, ClassValueRow, Ledger, LedgerError, TrafficRow, UpdateRow, ValueRow
 from fedsv.valuation import FederatedValuation, RoundValues
+from fedsv.valuation.rounds import TOTAL_KEYS
 from tests.support.records import make_record
 
 # round -> (selected, received, fedsv of the received, loo of the received)
@@ -89,7 +90,10 @@ def test_report_keys_and_totals(run_dir: tuple[Path, FederatedValuation]) -> Non
     assert first["physical_minimum_bytes"] == 400 * (4 + 3)
     assert first["bytes_ratio_to_minimum"] == pytest.approx(3000 / 2800)
     totals = expected.totals()
-    assert set(report["totals"]) == {"fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized"}
+    assert set(report["totals"]) == set(TOTAL_KEYS)
+    assert set(TOTAL_KEYS) == {"fedsv", "fedsv_normalized", "fedsv_completed", "fedsv_shrunk", "loo"} | {
+        "loo_normalized"
+    }
     for key, per_participant in totals.items():
         assert report["totals"][key] == pytest.approx(per_participant)
     _, completed = expected.completed()  # how the completion went, for the reader
@@ -117,10 +121,9 @@ def test_write_outputs_and_table(run_dir: tuple[Path, FederatedValuation]) -> No
     with outputs["values.csv"].open() as handle:
         rows = list(csv.DictReader(handle))
     assert sorted(r["participant"] for r in rows) == PARTICIPANTS
-    assert list(rows[0]) == ["participant", "rounds_selected", "rounds_refused", "num_samples", "fedsv",
-                             "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized", "fedsv_stderr",
-                             "fedsv_normalized_stderr", "fedsv_completed_stderr", "loo_stderr",
-                             "loo_normalized_stderr", "rank", "group", "separated_from_next"]  # fmt: skip
+    assert list(rows[0]) == ["participant", "rounds_selected", "rounds_refused", "num_samples",
+                             *TOTAL_KEYS, *(f"{key}_stderr" for key in TOTAL_KEYS), "rank", "group",
+                             "separated_from_next"]  # fmt: skip
     fedsv = expected.totals()["fedsv"]
     completed = expected.totals()["fedsv_completed"]  # the recommended value ranks
     best = max(completed, key=lambda p: completed[p])

@@ -41,7 +41,9 @@ def run_rounds(method: str = "exact") -> tuple[FederatedValuation, dict[int, np.
 def test_totals_are_sums_over_rounds() -> None:
     fv, tables = run_rounds()
     totals = fv.totals()
-    assert set(totals) == {"fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized"}
+    assert set(totals) == {"fedsv", "fedsv_normalized", "fedsv_completed", "fedsv_shrunk", "loo"} | {
+        "loo_normalized"
+    }
     expected: dict[str, dict[str, float]] = {key: {} for key in totals}
     for round_, ids in ROUNDS:
         fedsv = ExactShapley().run(TableGame(tables[round_])).values
@@ -52,7 +54,8 @@ def test_totals_are_sums_over_rounds() -> None:
             for pid, v, n in zip(ids, vector, vector / norm, strict=True):
                 expected[key][pid] = expected[key].get(pid, 0.0) + v
                 expected[key + "_normalized"][pid] = expected[key + "_normalized"].get(pid, 0.0) + n
-    for key in (k for k in totals if k != "fedsv_completed"):  # completion: tests/unit/test_completion.py
+    # completion: tests/unit/test_completion.py; shrinkage: tests/unit/test_shrinkage.py
+    for key in (k for k in totals if k not in ("fedsv_completed", "fedsv_shrunk")):
         assert totals[key].keys() == expected[key].keys()
         for pid in totals[key]:
             assert totals[key][pid] == pytest.approx(expected[key][pid], abs=1e-12)

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from fedsv.fl.ranks import participant_id
 from fedsv.valuation import FederatedValuation
 
-VALUE_METHODS = ("fedsv", "loo", "fedsv_normalized", "loo_normalized", "fedsv_completed")
+VALUE_METHODS = ("fedsv", "loo", "fedsv_normalized", "loo_normalized", "fedsv_completed", "fedsv_shrunk")
 DETECTION_METHODS = (*VALUE_METHODS, "random")
 RANDOM_EXPECTED_AREA = 0.5
 LABELS = {
@@ -34,6 +34,7 @@ LABELS = {
     "fedsv_normalized": "Fed. SV (normalized)",
     "loo_normalized": "Fed. LOO (normalized)",
     "fedsv_completed": "Fed. SV (completed)",
+    "fedsv_shrunk": "Fed. SV (shrunk)",
     "random": "Random",
 }
 

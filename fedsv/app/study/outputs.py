@@ -25,6 +25,7 @@ COLORS = {
     "fedsv_normalized": "tab:green",
     "loo_normalized": "tab:red",
     "fedsv_completed": "tab:purple",
+    "fedsv_shrunk": "tab:brown",
     "random": "tab:gray",
 }
 
