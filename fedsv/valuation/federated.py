@@ -14,7 +14,14 @@ from fedsv.valuation.completion import Completed, RoundMatrix
 from fedsv.valuation.game import Game
 from fedsv.valuation.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
 from fedsv.valuation.spec import ValuationSpec
-from fedsv.valuation.valuation_noise import COMPONENTS, RoundMatrices, Uncertainty, merge_folds, uncertainty
+from fedsv.valuation.valuation_noise import (
+    COMPONENTS,
+    RoundMatrices,
+    Uncertainty,
+    merge_folds,
+    sum_rerun,
+    uncertainty,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -112,20 +119,38 @@ class FederatedValuation:
         return out
 
     def class_totals(self) -> ClassTotals:
-        """Per participant, its FedSV per validation label summed over the rounds valued by label (with
-        the root of the summed variances); they add up to its FedSV when every round was."""
+        """Per participant, its FedSV per validation label summed over the rounds valued by label; they
+        add up to its FedSV when every round was. Each one's error: the estimator's and the validation
+        set's per round (summed as independent: a label's validation luck persisting over rounds is not
+        seen; NaN where a sampled round has none) and a rerun's from the label's own round values."""
         split = [rv for rv in self.per_round() if rv.classes is not None]
         labels = max((rv.classes.values.shape[1] for rv in split if rv.classes is not None), default=0)
-        values: dict[str, FloatArray] = {}
-        variance: dict[str, FloatArray] = {}
+        ids = self.participants()
+        column = {pid: k for k, pid in enumerate(ids)}
+        rounds = {rv.round: t for t, rv in enumerate(self.per_round())}
+        values = np.zeros((len(rounds), len(ids), labels))
+        variance = np.zeros((len(ids), labels))
+        seen = np.zeros(len(ids), dtype=bool)
         for rv in split:
             assert rv.classes is not None
-            width = rv.classes.values.shape[1]
-            for i, pid in enumerate(rv.participants):
-                values.setdefault(pid, np.zeros(labels))[:width] += rv.classes.values[i]
-                variance.setdefault(pid, np.zeros(labels))[:width] += np.square(rv.classes.stderr[i])
-        stderr = {pid: np.sqrt(v) for pid, v in variance.items()}
-        return ClassTotals(labels, values, stderr, len(split), len(self._rounds))
+            width, cols = rv.classes.values.shape[1], [column[pid] for pid in rv.participants]
+            validation = rv.classes.validation
+            values[rounds[rv.round], cols, :width] = rv.classes.values
+            variance[cols, :width] += np.square(rv.classes.stderr)
+            variance[cols, :width] += np.nan if validation is None else np.square(validation)
+            seen[cols] = True
+        if split:
+            matrices = self.matrices()
+            rerun = np.stack([sum_rerun(values[:, :, c], matrices) for c in range(labels)], axis=1)
+            variance = variance + np.square(rerun)
+        totals = values.sum(axis=0)
+        return ClassTotals(
+            labels,
+            {pid: totals[column[pid]] for pid in ids if seen[column[pid]]},
+            {pid: np.sqrt(variance[column[pid]]) for pid in ids if seen[column[pid]]},
+            len(split),
+            len(self._rounds),
+        )
 
     def completed(self) -> tuple[list[str], Completed]:
         """The completed totals (completion.complete) of every participant of the world, in that order;
@@ -168,9 +193,7 @@ class FederatedValuation:
         selected = [len(rv.selected or rv.participants) for rv in rounds]
         return RoundMatrices(ids, fedsv, loo, mask, variance, selected, fedsv_f, loo_f, shares, accepted)
 
-    def adopt(
-        self, matrix: RoundMatrix, completed: Completed, errors: Uncertainty | None = None
-    ) -> None:
+    def adopt(self, matrix: RoundMatrix, completed: Completed, errors: Uncertainty | None = None) -> None:
         """Use `completed` (and `errors`), the completion (and the uncertainty) of this accounting's
         round_matrix() when it held `matrix.rounds` rounds (as the valuation process returns them),
         until another round is added."""

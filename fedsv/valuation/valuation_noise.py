@@ -266,6 +266,22 @@ def _rerun(
     return out, completed
 
 
+def sum_rerun(
+    values: FloatArray, matrices: RoundMatrices, seed: int = 0, replicates: int = REPLICATES
+) -> FloatArray:
+    """The training-and-selection part of the plain sums of another round-by-participant matrix of
+    values over the same rounds (a validation label's values): its own noise, the run's selections and
+    acceptance; NaN where it cannot be told."""
+    accepted = matrices.accepted
+    model = choose(values, accepted, seed)[0]
+    noise = training_noise(values, accepted, np.zeros_like(values), model, seed)
+    if noise is None:
+        return np.full(values.shape[1], math.nan)
+    rate = acceptance(matrices.mask, accepted)
+    draws = _simulate(*noise, matrices.selected, rate, None, False, replicates, seed)
+    return _spread(draws["sum"])
+
+
 def _shrunk_rerun(
     draws: FloatArray, result: Uncertainty, parts: dict[str, dict[str, FloatArray]], seed: int
 ) -> FloatArray:
