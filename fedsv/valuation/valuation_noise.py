@@ -266,15 +266,18 @@ def _rerun(
     return out, completed
 
 
+LABEL_MODEL = Model("rounds and members", 0, 2.0)
+"""The noise model of a validation label's round values: a round's level plus a member's offset."""
+
+
 def sum_rerun(
     values: FloatArray, matrices: RoundMatrices, seed: int = 0, replicates: int = REPLICATES
 ) -> FloatArray:
     """The training-and-selection part of the plain sums of another round-by-participant matrix of
-    values over the same rounds (a validation label's values): its own noise, the run's selections and
-    acceptance; NaN where it cannot be told."""
+    values over the same rounds (a validation label's values): its own noise around LABEL_MODEL, the
+    run's selections and acceptance; NaN where it cannot be told."""
     accepted = matrices.accepted
-    model = choose(values, accepted, seed)[0]
-    noise = training_noise(values, accepted, np.zeros_like(values), model, seed)
+    noise = training_noise(values, accepted, np.zeros_like(values), LABEL_MODEL, seed)
     if noise is None:
         return np.full(values.shape[1], math.nan)
     rate = acceptance(matrices.mask, accepted)
