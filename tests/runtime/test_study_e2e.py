@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedsv.app.study.detection import DETECTION_METHODS
 from fedsv.data import IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, load_embedded
 
 pytestmark = pytest.mark.slow
@@ -33,8 +34,8 @@ def test_quick_noisy_iid_study_detects_noisy_participants(tmp_path: Path) -> Non
     with (out / "points.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     methods = {row["method"] for row in rows}
-    assert methods == {"fedsv", "loo", "fedsv_normalized", "loo_normalized", "fedsv_completed", "random"}
-    assert len(rows) == 2 * 6 * 21  # seeds x methods x (N + 1) points
+    assert methods == set(DETECTION_METHODS) and "fedsv_shrunk" in methods and "random" in methods
+    assert len(rows) == 2 * len(DETECTION_METHODS) * 21  # seeds x methods x (N + 1) points
     assert (out / "noisy.png").stat().st_size > 10_000
     assert "| iid-mlp |" in (out / "summary.md").read_text()
 
@@ -115,14 +116,7 @@ def test_a_reduced_paper_backdoor_study_from_idx_files(tmp_path: Path) -> None:
         "none",
     )
     entry = summary["settings"]["iid-mlp"]
-    assert set(entry["area"]) == {
-        "fedsv",
-        "loo",
-        "fedsv_normalized",
-        "loo_normalized",
-        "fedsv_completed",
-        "random",
-    }
+    assert set(entry["area"]) == set(DETECTION_METHODS)
     assert entry["area"]["random"]["per_seed"] == [pytest.approx(0.5, abs=1e-12)]  # the expectation
     assert entry["bad"] == {"0": [2, 3, 6]}  # bad_ranks(10, 0.3, seed 0)
     assert entry["evaluations"]["mean"] == 3 * 2**3  # three exact rounds of 3 participants
