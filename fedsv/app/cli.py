@@ -57,8 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     payout.add_argument("--amount", type=float, required=True, help="the budget to split")
     payout.add_argument(
         "--value",
-        default="fedsv_completed",
-        help="fedsv_completed (the recommended value, docs/valuation.md) | fedsv | fedsv_normalized | loo",
+        default="fedsv_shrunk",
+        help="fedsv_shrunk (the recommended value, docs/valuation.md) | fedsv_completed | fedsv | "
+        "fedsv_normalized | loo",
     )
     payout.add_argument(
         "--negative", default="zero", help="zero: negative values get nothing | shift: pay value - the lowest"

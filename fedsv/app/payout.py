@@ -12,7 +12,7 @@ from typing import Any
 from fedsv.app.report import RECOMMENDED, build_report, ranked_rows
 from fedsv.valuation.verdict import Z95
 
-VALUES = ("fedsv_completed", "fedsv", "fedsv_normalized", "loo")
+VALUES = ("fedsv_shrunk", "fedsv_completed", "fedsv", "fedsv_normalized", "loo")
 """The values a budget can be split by; the first (report.RECOMMENDED) is the default."""
 NEGATIVE = ("zero", "shift")
 """How a negative value is paid: `zero`, nothing (the others share the budget by their positive

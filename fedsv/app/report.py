@@ -21,9 +21,14 @@ from fedsv.valuation.verdict import differ, verdict
 
 logger = logging.getLogger(__name__)
 
-RECOMMENDED = "fedsv_completed"
+RECOMMENDED = "fedsv_shrunk"
 """The value to pay by (docs/valuation.md, "Which value to use"): every member valued in every round, so
-that selection luck does not decide the pay; reports rank by it and `fedsv payout` splits by it."""
+that selection luck does not decide the pay, and pulled towards the others by its noise, so that what
+the values cannot tell apart is paid nearly alike; reports rank by it and `fedsv payout` splits by it."""
+
+VERDICT_VALUE = "fedsv_completed"
+"""The value the verdict tests: the evidence before the shrinkage (which pulls members together by the
+very noise the test weighs; the recommended value is ranked and grouped the same way)."""
 
 CSV_COLUMNS = (
     "participant",
@@ -133,7 +138,7 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         "stderr": stderr,
         "stderr_parts": parts,
         "pending_rounds": pending,
-        "verdict": _verdict(totals[RECOMMENDED], stderr[RECOMMENDED]),
+        "verdict": _verdict(totals[VERDICT_VALUE], stderr[VERDICT_VALUE]),
         "completion": None
         if completion is None
         else {
@@ -179,7 +184,8 @@ def _values(valuation: Any, records: list[RoundRecord]) -> tuple[Table, Table, d
     totals: Table = valuation.totals()
     errors, parts = valuation.errors(), valuation.error_parts()
     partial = {pid for rec in records if rec.pending for pid in rec.selected}
-    unknown = lambda key, pid: (key == "fedsv_completed" and bool(pending)) or pid in partial  # noqa: E731
+    whole_run = ("fedsv_completed", "fedsv_shrunk")  # they depend on every round
+    unknown = lambda key, pid: (key in whole_run and bool(pending)) or pid in partial  # noqa: E731
     stderr: Table = {
         key: {pid: None if unknown(key, pid) else _num(e) for pid, e in errors[key].items()} for key in errors
     }
@@ -194,7 +200,7 @@ def _verdict(values: dict[str, Any], errors: dict[str, Any]) -> dict[str, Any]:
     known = {pid: v for pid, v in values.items() if v is not None}
     result = verdict(known, {pid: errors.get(pid) for pid in known})
     return {
-        "value": RECOMMENDED,
+        "value": VERDICT_VALUE,
         "line": result.line(),
         "p_value": _num(result.p_value),
         "members_tested": result.members,

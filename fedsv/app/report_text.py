@@ -61,8 +61,9 @@ def _awaiting(report: dict[str, Any]) -> list[str]:
 
 def format_table(report: dict[str, Any]) -> str:
     """Every participant ranked by the recommended value, each value beside its standard error against a
-    rerun, under a header of accuracy and traffic and the verdict; "~" marks a rank not separated from
-    the next at 95%, the group column the members the values cannot tell apart."""
+    rerun (the recommended shrunk value first), under a header of accuracy and traffic and the verdict;
+    "~" marks a rank not separated from the next at 95%, the group column the members the values
+    cannot tell apart."""
     summary = report["summary"]
     accuracy = report["final_accuracy"]
     ranked = ranked_rows(report)
@@ -78,11 +79,11 @@ def format_table(report: dict[str, Any]) -> str:
         + ("-" if ratio is None else f"{ratio:.3f}x")
         + f" the physical minimum of {_bytes(summary['physical_minimum_bytes_per_round'])}",
         *_awaiting(report),
-        *([] if verdict is None else [f"{verdict} (by {report.get('recommended')}, errors against a rerun)"]),
+        *([] if verdict is None else [f"{verdict} ({report['verdict']['value']}, errors against a rerun)"]),
         "",
         f"{'rank':>5}  {'participant':<{width}} {'group':>5} {'rounds':>6} {'refused':>7} {'samples':>8} "
-        f"{'completed ± stderr':>20} {'fedsv ± stderr':>20} {'fedsv_norm ± stderr':>20} {'loo':>9} "
-        f"{'loo_norm':>9}",
+        f"{'shrunk ± stderr':>20} {'completed ± stderr':>20} {'fedsv ± stderr':>20} "
+        f"{'fedsv_norm ± stderr':>20} {'loo':>9} {'loo_norm':>9}",
     ]
     corrupted = summary.get("corrupted", {})
     for row in ranked:
@@ -95,6 +96,7 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(
             f"{rank}  {row['participant']:<{width}} {group:>5} {row['rounds_selected']:>6} "
             f"{row['rounds_refused']:>7} {samples:>8} "
+            f"{_plus_minus(row['fedsv_shrunk'], row['fedsv_shrunk_stderr'], 5):>20} "
             f"{_plus_minus(row['fedsv_completed'], row['fedsv_completed_stderr'], 5):>20} "
             f"{_plus_minus(row['fedsv'], row['fedsv_stderr'], 5):>20} "
             f"{_plus_minus(row['fedsv_normalized'], row['fedsv_normalized_stderr'], 4):>20} "
