@@ -104,3 +104,23 @@ def test_the_accounting_completes_over_its_world() -> None:
     assert fv.error_parts()["estimator"]["fedsv_completed"]["a"] == 0.0
     # no values per fold and two rounds: the validation set's and a rerun's parts cannot be told
     assert math.isnan(errors["fedsv_completed"]["a"])
+
+
+def test_a_member_turned_away_in_every_round_is_worth_nothing() -> None:
+    """Selected but never aggregated: observed at 0, and predicted 0 where it was not selected (the
+    model is fitted on aggregated updates, times the member's acceptance), so it earns nothing."""
+    fv = FederatedValuation(world=["a", "b", "c", "d"])
+    rng = np.random.default_rng(0)
+    for t in range(12):
+        chosen = sorted(rng.choice(["a", "b", "c", "d"], 2, replace=False).tolist())
+        aggregated = [p for p in chosen if p != "d"]  # two were chosen: at least one is not d
+        values = np.full(len(aggregated), 0.02) + rng.normal(0, 0.002, len(aggregated))
+        zeros = np.zeros(len(aggregated))
+        fv.add_round(
+            RoundValues(t + 1, aggregated, values, zeros, 0.0, float(values.sum()), "exact", 4, 0.0, zeros,
+                        selected=chosen)
+        )  # fmt: skip
+    totals = fv.totals()
+    assert totals["fedsv"]["d"] == 0.0 and totals["fedsv_completed"]["d"] == 0.0
+    assert totals["fedsv_shrunk"]["d"] < min(totals["fedsv_shrunk"][p] for p in "abc")
+    assert all(totals["fedsv_completed"][p] > 0.05 for p in "abc")

@@ -314,3 +314,18 @@ def test_a_damaged_ledger_is_refused_by_readers_and_writers_with_one_line(
     assert fedsv_main(["report", str(tmp_path)]) != 0
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "damaged" in err and str(path) in err and "Traceback" not in err
+
+
+def test_refused_updates_are_recorded_with_their_reason(ledger: Ledger) -> None:
+    from fedsv.ledger.builder import RoundTimes, build_round_record
+
+    times = RoundTimes(1.0, 2.0, 0.5, 0.1, 0.0, 0.1)
+    record = build_round_record(
+        1, ["p000", "p001", "p002", "p003"], ["p000", "p001"], None, [], 400, times,
+        refused={"p002": "direction_rejected"},
+    )  # fmt: skip
+    assert record.stragglers == ["p003"] and record.refused == {"p002": "direction_rejected"}
+    assert record.absence("p002") == "direction_rejected" and record.absence("p003") == "late"
+    assert record.absence("p000") is None
+    ledger.commit_round(record, [], [], Checkpoint(1, b"w", "{}"))
+    assert ledger.rounds()[0].refused == {"p002": "direction_rejected"}

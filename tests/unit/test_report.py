@@ -14,7 +14,17 @@ import pytest
 from fedsv.app.cli import main as fedsv_main
 from fedsv.app.report import build_report, write_outputs
 from fedsv.app.report_text import format_table
-from fedsv.ledger import Checkpoint, ClassValueRow, Ledger, LedgerError, TrafficRow, UpdateRow, ValueRow
+from fedsv.ledger import (
+    Checkpoint,
+    ClassValueRow,
+    Ledger,
+    LedgerError,
+    RoundStatus,
+    TrafficRow,
+    UpdateRow,
+    ValuationSummary,
+    ValueRow,
+)
 from fedsv.valuation import FederatedValuation, RoundValues
 from fedsv.valuation.rounds import TOTAL_KEYS
 from tests.support.records import make_record
@@ -230,3 +240,34 @@ def test_report_into_a_pipe_closed_early_ends_quietly(run_dir: tuple[Path, Feder
     finally:
         os.close(write_end)
     assert done.stderr.decode() == "" and done.returncode == 141
+
+
+def test_rounds_awaiting_values_show_partial_totals_never_certain_zeros(tmp_path: Path) -> None:
+    """A run stopped while its backlog was valued: the rounds awaiting values are named, a member selected
+    in them has a partial total with an unknown error, and with no round valued every total is unknown."""
+    directory = tmp_path / "run"
+    directory.mkdir()
+    with Ledger(directory / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-partial", {"participants": 4, "rounds": 2})
+        for n in (1, 2):
+            record = make_record(n, ["p000", "p001"], ["p000", "p001"])
+            pending = type(record)(**{**record.__dict__, "status": RoundStatus.PENDING, "method": ""})
+            ledger.commit_round(pending, [], [], Checkpoint(n, b"w", "{}"))
+    report = build_report(directory)
+    assert report["pending_rounds"] == [1, 2]
+    assert all(value is None for table in report["totals"].values() for value in table.values())
+    assert set(report["totals"]["fedsv"]) == {"p000", "p001", "p002", "p003"}  # every member, none as 0
+    table = format_table(report)
+    assert "PARTIAL: rounds 1, 2 await their values" in table and "0.00000 ± 0 " not in table
+    with Ledger(directory / "ledger.sqlite") as ledger:  # round 1 gets its values; round 2 still waits
+        ledger.commit_values(
+            1,
+            [ValueRow(1, "p000", 0.03, 0.02, 0.8, 0.7, 0.0), ValueRow(1, "p001", 0.01, 0.0, 0.6, 0.0, 0.0)],
+            ValuationSummary(0.1, 0.14, "exact", 4, 0.01, 0.0, 1.0, 0.0),
+        )
+    report = build_report(directory)
+    assert report["pending_rounds"] == [2]
+    assert report["totals"]["fedsv"]["p000"] == pytest.approx(0.03)  # partial: round 1 alone
+    assert report["stderr"]["fedsv"]["p000"] is None and report["stderr"]["fedsv_completed"]["p002"] is None
+    assert report["totals"]["fedsv"]["p002"] == 0.0  # never selected: it contributed nothing
+    assert "PARTIAL: rounds 2 await their values (1 of 2 rounds valued)" in format_table(report)
