@@ -46,7 +46,9 @@ def resume(
     if checkpoint is None:
         return RunProgress(fresh, accounting=FederatedValuation(world))
     records = ledger.rounds()
-    accounting = federated_valuation(records, ledger.values(), world)
+    accounting = federated_valuation(
+        records, ledger.values(), world, ledger.class_values(), ledger.fold_values()
+    )
     metrics.restore(records, accounting.sums(), accounting.sum_errors())
     pending = ledger.pending_rounds()
     store.prune(keep=set(pending))

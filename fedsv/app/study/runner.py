@@ -17,6 +17,7 @@ from fedsv.app.launch import Launch, LaunchConfig, LaunchError
 from fedsv.app.report import write_outputs
 from fedsv.app.study.config import cpu_count
 from fedsv.coordinator.config import UNGUARDED, RunConfig
+from fedsv.fl.ranks import participant_id
 from fedsv.ledger import Ledger, LedgerError, RoundRecord, ValueRow, decode_params, federated_valuation
 from fedsv.valuation import FederatedValuation
 
@@ -51,8 +52,13 @@ class RunResult:
         return int(sum(record.evaluations for record in self.rounds))
 
     def valuation(self) -> FederatedValuation:
-        """The run's per-round values, as recorded in its ledger."""
-        return federated_valuation(self.rounds, self.values)
+        """The run's per-round values, as recorded in its ledger (with their values per validation fold,
+        over every participant of the run), so its values and errors are the run's report's."""
+        with Ledger(self.directory / "ledger.sqlite", read_only=True) as ledger:
+            folds, run = ledger.fold_values(), ledger.run_config()
+        count = None if run is None else run[1].get("participants")
+        world = [participant_id(r) for r in range(count)] if isinstance(count, int) else None
+        return federated_valuation(self.rounds, self.values, world, (), folds)
 
     def selection(self) -> dict[int, list[str]]:
         """round -> participant ids selected in it."""
