@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 
 def require(ok: bool, name: str, rule: str, value: object) -> None:
@@ -56,3 +58,12 @@ def check_address(name: str, value: str) -> None:
     ok_host = bool(bare) and set(bare) <= allowed and (":" not in bare or host.startswith("["))
     ok_port = port.isdigit() and 1 <= int(port) <= 65535
     require(bool(sep) and ok_host and ok_port, name, "HOST:PORT with a port in 1..65535", value)
+
+
+def check_writable_file(name: str, value: str) -> None:
+    """A file the program will write: not a directory, in an existing directory it may write to."""
+    path = Path(value)
+    parent = path.parent if str(path.parent) else Path(".")
+    require(not path.is_dir(), name, "a file, not a directory", value)
+    require(parent.is_dir(), name, "a file in an existing directory", value)
+    require(os.access(parent, os.W_OK), name, "a file in a directory this process may write to", value)

@@ -14,6 +14,7 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
+from fedsv.config.checks import check_writable_file
 from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.grpc_server import SERVICE_NAME, CoordinatorServers
 from fedsv.coordinator.metrics import CoordinatorMetrics, serve_metrics, stop_metrics
@@ -91,6 +92,8 @@ class Coordinator:
         # files, and the ports (bound now).
         inputs = RunInputs.load(run)
         resolve_device(server.valuation_device)
+        if server.port_file:
+            check_writable_file("port_file", server.port_file)
         tokens = read_tokens(server.tokens_file) if server.tokens_file else None
         credentials = server_credentials(server.tls_dir, server.tls_client_auth) if server.tls_dir else None
         self.registry = registry if registry is not None else CollectorRegistry()

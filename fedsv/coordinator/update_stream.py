@@ -134,7 +134,15 @@ class UpdateReceiver:
     ) -> None:
         """Check the update's header, then read, check and hand over its chunks (raises on any fault);
         `peer` is the sender's certificate name under mutual TLS."""
-        self.state.board.check_update(info, header.round, header.num_samples)
+        try:
+            self.state.board.check_update(info, header.round, header.num_samples)
+        except Rejected as exc:
+            # A count that contradicts the one declared at Join cannot be aggregated: as for an update
+            # that is not finite, the round stops waiting for it once the others are in, where the
+            # sender is proven by its certificate (a stolen token must not burn its owner's round).
+            if peer is not None and exc.reason == "sample_count_mismatch":
+                self.state.board.refuse_update(info, header.round, exc.reason)
+            raise
         try:
             assembler = TensorSetAssembler(
                 header.delta,

@@ -92,6 +92,48 @@ def test_a_non_finite_update_does_not_hold_its_round_under_mutual_tls(
         coordinator.stop()
 
 
+def test_a_count_contradicting_the_join_does_not_hold_its_round_under_mutual_tls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 2 declares one sample more in its update than at Join: refused (sample_count_mismatch),
+    recorded with that reason, and the round closes once the other two are in, not at the deadline."""
+    tls = tmp_path / "certs"
+    certs.generate(tls, 3)
+    real_train, real_count = LocalRank.train, LocalRank.declared_samples
+
+    def train(self: LocalRank, *args: Any) -> dict[str, torch.Tensor]:
+        self.trained = True  # type: ignore[attr-defined]
+        return real_train(self, *args)
+
+    def declared(self: LocalRank) -> int:
+        count = real_count.fget(self)  # type: ignore[attr-defined]
+        return count + 1 if self.rank == 2 and getattr(self, "trained", False) else count
+
+    monkeypatch.setattr(LocalRank, "train", train)
+    monkeypatch.setattr(LocalRank, "declared_samples", property(declared))
+    registry = CollectorRegistry()
+    run = RunConfig(participants=3, fraction=1.0, rounds=1, epochs=1, validation_size=100)
+    coordinator = Coordinator(
+        run, _config(tmp_path, tls_dir=str(tls), round_timeout=600.0), registry=registry
+    )
+    coordinator.start()
+    try:
+        target = f"localhost:{coordinator.port}"
+        workers = [RankWorker(target, r, 3, tls_dir=str(tls), give_up_after=120) for r in range(3)]
+        _, threads = _play(workers)
+        started = time.time()
+        assert str(coordinator.run()) == "finished"
+        assert time.time() - started < 300  # not the 600 s deadline
+        for thread in threads:
+            thread.join(timeout=120)
+        (record,) = coordinator.ledger.rounds()
+        assert record.received == ["p000", "p001"] and record.refused == {"p002": "sample_count_mismatch"}
+        reason = {"reason": "sample_count_mismatch"}
+        assert registry.get_sample_value("fedsv_updates_rejected_total", reason) == 1
+    finally:
+        coordinator.stop()
+
+
 def test_a_displaced_participant_joins_again_with_a_new_session(tmp_path: Path) -> None:
     """Someone joins as p000 while p000 holds its task stream: p000's stream ends, p000 joins again
     (replacing the intruder's session) and takes part in every round."""

@@ -111,6 +111,10 @@ def test_transport_files_ports_and_hosts_are_checked_before_the_ledger(
         _coordinator(tmp_path, "--insecure", "--host", "no.such.host.invalid"),
         "cannot bind",
     )
+    argv = [*_coordinator(tmp_path, "--insecure"), "--port-file", str(tmp_path)]
+    _refused(tmp_path, capsys, argv, "port_file must be a file, not a directory")
+    argv = [*_coordinator(tmp_path, "--insecure"), "--port-file", str(tmp_path / "no" / "dir" / "port")]
+    _refused(tmp_path, capsys, argv, "port_file must be a file in an existing directory")
 
 
 def test_bad_log_level_and_certificate_validity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
