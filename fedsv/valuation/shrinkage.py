@@ -37,8 +37,9 @@ MIN_MEMBERS = 3
 
 @dataclass(frozen=True)
 class Shrinkage:
-    """The factor B of every member with a known error (1 where a member's error is unknown: it is left
-    as it is), which members are pulled (towards their own mean) and the estimated spread tau^2."""
+    """The factor B of every member with a known, non-zero error (1 for the others: a member whose value
+    is exact, or whose error is unknown, is left as it is), which members are pulled (towards their own
+    mean) and the estimated spread tau^2."""
 
     factors: FloatArray
     known: npt.NDArray[np.bool_]
@@ -46,7 +47,9 @@ class Shrinkage:
 
     @classmethod
     def of(cls, totals: FloatArray, errors: FloatArray) -> Shrinkage:
-        known = np.isfinite(errors) & np.isfinite(totals)
+        # A value known exactly (error 0: a member turned away in every round is worth 0, in every rerun)
+        # has no noise to remove, and an unknown error none that can be weighed: both stay as they are.
+        known = np.isfinite(errors) & np.isfinite(totals) & (errors > 0)
         factors = np.ones(totals.shape[0])
         if known.sum() < MIN_MEMBERS:
             return cls(factors, known, math.nan)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fedsv.ledger import Ledger
+from fedsv.valuation.rounds import TOTAL_KEYS
 from tests.support.runtime import (
     SMALL,
     launch,
@@ -65,12 +66,16 @@ def test_launch_runs_rounds_and_writes_the_run_directory(
         residual = sum(entry["values"].values()) - (entry["utility_after"] - entry["utility_before"])
         assert abs(residual) < 1e-9
         assert entry["bytes_ratio_to_minimum"] >= 1.0
-    assert set(report["totals"]) == {"fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized"}
+    assert set(report["totals"]) == set(TOTAL_KEYS) and report["recommended"] == "fedsv_shrunk"
+    # every member in every total, each with an error against a rerun (the parts in stderr_parts)
+    world = {f"p{r:03d}" for r in range(report["config"]["participants"])}
+    assert all(set(report["totals"][key]) == world for key in TOTAL_KEYS)
+    assert set(report["stderr_parts"]) == {"estimator", "validation", "rerun"}
+    assert report["verdict"]["line"].startswith("verdict: ")
     assert 0.0 < report["final_accuracy"] <= 1.0
     rows = (out / "values.csv").read_text().strip().splitlines()
     # one row per member of the run, selected or not (a member never selected has a completed value only)
     assert len(rows) - 1 == len(report["totals"]["fedsv_completed"]) == report["config"]["participants"]
-    assert set(report["totals"]["fedsv"]) <= set(report["totals"]["fedsv_completed"])
     assert (out / "values.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     again = subprocess.run(
