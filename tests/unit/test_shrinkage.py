@@ -46,3 +46,14 @@ def test_unknown_errors_are_left_alone_and_the_map_is_linear() -> None:
     )
     few = Shrinkage.of(totals[:2], errors[:2])
     assert np.array_equal(few.apply(totals[:2]), totals[:2])  # too few members: nothing to shrink by
+
+
+def test_a_value_known_exactly_is_not_pulled_and_the_less_noisy_keep_more() -> None:
+    """A member turned away in every round (0 ± 0) earns nothing from the others' mean; a member whose
+    value is surer than the average keeps more of its distance than the common factor."""
+    totals = np.array([0.0, 0.05, 0.04, 0.06, 0.05, 0.045])
+    errors = np.array([0.0, 0.02, 0.02, 0.02, 0.002, 0.02])
+    shrinkage = Shrinkage.of(totals, errors)
+    shrunk = shrinkage.apply(totals)
+    assert shrunk[0] == 0.0 and shrinkage.factors[0] == 1.0
+    assert shrinkage.factors[4] > shrinkage.factors[1] == shrinkage.factors[2]
