@@ -28,8 +28,9 @@ from fedsv.coordinator.pending import PendingStore
 from fedsv.fl.evaluation import EvalSet
 from fedsv.valuation import FederatedValuation, Plan, RoundValues, ValuationSpec
 from fedsv.valuation.completion import Completed, RoundMatrix
+from fedsv.valuation.round_matrices import RoundMatrices
 from fedsv.valuation.round_valuation import GameSettings, value_updates
-from fedsv.valuation.valuation_noise import RoundMatrices, Uncertainty, uncertainty
+from fedsv.valuation.valuation_noise import Uncertainty, uncertainty
 
 logger = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from fedsv.valuation.game import FloatArray, Game
 from fedsv.valuation.loo import LeaveOneOut
 from fedsv.valuation.methods import REGISTRY
 from fedsv.valuation.result import ValuationResult
+from fedsv.valuation.round_matrices import fold_stderr
 from fedsv.valuation.spec import ValuationSpec
-from fedsv.valuation.valuation_noise import fold_stderr
 
 NOT_LINEAR = ("gtg", "random")
 """Methods whose values are not a linear function of the utilities they saw."""

@@ -12,16 +12,11 @@ import numpy.typing as npt
 from fedsv.valuation.api import Plan
 from fedsv.valuation.completion import Completed, RoundMatrix
 from fedsv.valuation.game import Game
+from fedsv.valuation.rerun_noise import sum_rerun
+from fedsv.valuation.round_matrices import RoundMatrices, merge_folds
 from fedsv.valuation.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
 from fedsv.valuation.spec import ValuationSpec
-from fedsv.valuation.valuation_noise import (
-    COMPONENTS,
-    RoundMatrices,
-    Uncertainty,
-    merge_folds,
-    sum_rerun,
-    uncertainty,
-)
+from fedsv.valuation.valuation_noise import COMPONENTS, Uncertainty, uncertainty
 
 FloatArray = npt.NDArray[np.float64]
 
