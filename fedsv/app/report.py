@@ -42,7 +42,7 @@ CSV_COLUMNS = (
     "separated_from_next",
 )
 """values.csv: a participant's totals and their standard errors against a rerun (empty: unknown), its rank
-by the recommended value, its group (members that value cannot tell apart share one), and whether it is
+by the recommended value, its group (members the verdict cannot tell apart share one), and whether it is
 separated from the next rank at 95%."""
 
 
