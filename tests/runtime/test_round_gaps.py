@@ -49,24 +49,12 @@ def _wait(predicate: Any, what: str, timeout: float = 180.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_non_finite_update_does_not_hold_its_round_under_mutual_tls(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Rank 2 trains to NaN: its update is refused (INVALID_ARGUMENT) and the round closes once the
-    other two are in, not at the 600 s deadline."""
+def _rank_2_refused_under_mutual_tls(tmp_path: Path, reason: str) -> dict[int, str]:
+    """Three ranks under mutual TLS, one round with a 600 s deadline, rank 2's update refused: the
+    round closes once the other two are in (not at the deadline) and records rank 2 with `reason`.
+    The ranks' results."""
     tls = tmp_path / "certs"
     certs.generate(tls, 3)
-    real_train = LocalRank.train
-
-    def train(self: LocalRank, *args: Any) -> dict[str, torch.Tensor]:
-        delta = real_train(self, *args)
-        if self.rank == 2:
-            delta = {
-                k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in delta.items()
-            }
-        return delta
-
-    monkeypatch.setattr(LocalRank, "train", train)
     registry = CollectorRegistry()
     run = RunConfig(participants=3, fraction=1.0, rounds=1, epochs=1, validation_size=100)
     coordinator = Coordinator(
@@ -84,12 +72,31 @@ def test_a_non_finite_update_does_not_hold_its_round_under_mutual_tls(
             thread.join(timeout=120)
         (record,) = coordinator.ledger.rounds()
         assert record.received == ["p000", "p001"] and record.stragglers == []
-        assert record.refused == {"p002": "non_finite"}  # in the round's record, with why
-        refused = registry.get_sample_value("fedsv_updates_rejected_total", {"reason": "non_finite"})
-        assert refused == 1
-        assert results == {0: "finished", 1: "finished", 2: "finished"}
+        assert record.refused == {"p002": reason}  # in the round's record, with why
+        assert registry.get_sample_value("fedsv_updates_rejected_total", {"reason": reason}) == 1
+        return results
     finally:
         coordinator.stop()
+
+
+def test_a_non_finite_update_does_not_hold_its_round_under_mutual_tls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 2 trains to NaN: its update is refused (INVALID_ARGUMENT) and the round closes once the
+    other two are in, not at the 600 s deadline."""
+    real_train = LocalRank.train
+
+    def train(self: LocalRank, *args: Any) -> dict[str, torch.Tensor]:
+        delta = real_train(self, *args)
+        if self.rank == 2:
+            delta = {
+                k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in delta.items()
+            }
+        return delta
+
+    monkeypatch.setattr(LocalRank, "train", train)
+    results = _rank_2_refused_under_mutual_tls(tmp_path, "non_finite")
+    assert results == {0: "finished", 1: "finished", 2: "finished"}
 
 
 def test_a_count_contradicting_the_join_does_not_hold_its_round_under_mutual_tls(
@@ -97,8 +104,6 @@ def test_a_count_contradicting_the_join_does_not_hold_its_round_under_mutual_tls
 ) -> None:
     """Rank 2 declares one sample more in its update than at Join: refused (sample_count_mismatch),
     recorded with that reason, and the round closes once the other two are in, not at the deadline."""
-    tls = tmp_path / "certs"
-    certs.generate(tls, 3)
     real_train, real_count = LocalRank.train, LocalRank.declared_samples
 
     def train(self: LocalRank, *args: Any) -> dict[str, torch.Tensor]:
@@ -111,27 +116,7 @@ def test_a_count_contradicting_the_join_does_not_hold_its_round_under_mutual_tls
 
     monkeypatch.setattr(LocalRank, "train", train)
     monkeypatch.setattr(LocalRank, "declared_samples", property(declared))
-    registry = CollectorRegistry()
-    run = RunConfig(participants=3, fraction=1.0, rounds=1, epochs=1, validation_size=100)
-    coordinator = Coordinator(
-        run, _config(tmp_path, tls_dir=str(tls), round_timeout=600.0), registry=registry
-    )
-    coordinator.start()
-    try:
-        target = f"localhost:{coordinator.port}"
-        workers = [RankWorker(target, r, 3, tls_dir=str(tls), give_up_after=120) for r in range(3)]
-        _, threads = _play(workers)
-        started = time.time()
-        assert str(coordinator.run()) == "finished"
-        assert time.time() - started < 300  # not the 600 s deadline
-        for thread in threads:
-            thread.join(timeout=120)
-        (record,) = coordinator.ledger.rounds()
-        assert record.received == ["p000", "p001"] and record.refused == {"p002": "sample_count_mismatch"}
-        reason = {"reason": "sample_count_mismatch"}
-        assert registry.get_sample_value("fedsv_updates_rejected_total", reason) == 1
-    finally:
-        coordinator.stop()
+    _rank_2_refused_under_mutual_tls(tmp_path, "sample_count_mismatch")
 
 
 def test_a_displaced_participant_joins_again_with_a_new_session(tmp_path: Path) -> None:
