@@ -19,8 +19,10 @@ RETRYABLE = {
     grpc.StatusCode.UNAUTHENTICATED,  # our session token was replaced: join again
     grpc.StatusCode.RESOURCE_EXHAUSTED,  # too many calls at once (e.g. our old stream still closing)
 }
-# An update refused for these is sent again, with backoff, while its round is open.
-RESUBMIT = {grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE}
+# An update refused for these is sent again, with backoff, while its round is open. The coordinator
+# never refuses with INTERNAL (tests/unit/test_status_codes.py): INTERNAL is gRPC core's own transport
+# fault, as when a stream refused for capacity is reset while its upload is still being written.
+RESUBMIT = {grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL}
 # A Join refused for who we are (credential, token, certificate) will be refused again: give up.
 JOIN_REFUSED = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
 
