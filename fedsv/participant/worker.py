@@ -237,8 +237,7 @@ class RankWorker:
                 delay = backoff.next()
                 if code in RESUBMIT and time.time() + delay < deadline and not self.stop.is_set():
                     # Refused for capacity (RESOURCE_EXHAUSTED), not reached (UNAVAILABLE) or cut by the
-                    # transport (INTERNAL): the
-                    # round is still open, so the same update is sent again after a backoff.
+                    # transport (INTERNAL): the round is still open, so the same update is sent again.
                     logger.info(
                         "rank %d: round %d update %s; again in %.1fs", self.rank, task.round, code, delay
                     )
