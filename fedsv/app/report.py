@@ -185,7 +185,10 @@ def _values(valuation: Any, records: list[RoundRecord]) -> tuple[Table, Table, d
     errors, parts = valuation.errors(), valuation.error_parts()
     partial = {pid for rec in records if rec.pending for pid in rec.selected}
     whole_run = ("fedsv_completed", "fedsv_shrunk")  # they depend on every round
-    unknown = lambda key, pid: (key in whole_run and bool(pending)) or pid in partial  # noqa: E731
+
+    def unknown(key: str, pid: str) -> bool:
+        return (key in whole_run and bool(pending)) or pid in partial
+
     stderr: Table = {
         key: {pid: None if unknown(key, pid) else _num(e) for pid, e in errors[key].items()} for key in errors
     }

@@ -116,4 +116,4 @@ def _replay(part: Game, chosen: Plan, spec: ValuationSpec, result: ValuationResu
     return replayed
 
 
-__all__ = ["ClassScores", "ClassValues", "FoldValues", "SplitValues", "split_values"]
+__all__ = ["ClassValues", "FoldValues", "SplitValues", "split_values"]

@@ -45,6 +45,7 @@ class FederatedValuation:
         self.world = None if world is None else list(world)
         self._completed: tuple[int, Completed, list[str]] | None = None  # (rounds when computed, ...)
         self._uncertainty: tuple[int, Uncertainty] | None = None
+        self._matrices: tuple[int, RoundMatrices] | None = None
 
     def add_round(self, rv: RoundValues) -> None:
         if rv.round in self._rounds:
@@ -164,7 +165,13 @@ class FederatedValuation:
 
     def matrices(self) -> RoundMatrices:
         """The rounds' FedSV and LOO, their estimator's variance and their values per validation fold as
-        round-by-participant matrices (valuation_noise.RoundMatrices)."""
+        round-by-participant matrices (round_matrices.RoundMatrices); built once per number of rounds
+        recorded (the completion, the errors and the values per label all start from them)."""
+        if self._matrices is None or self._matrices[0] != len(self._rounds):
+            self._matrices = (len(self._rounds), self._build_matrices())
+        return self._matrices[1]
+
+    def _build_matrices(self) -> RoundMatrices:
         ids = self.participants()
         column = {pid: k for k, pid in enumerate(ids)}
         rounds = self.per_round()
