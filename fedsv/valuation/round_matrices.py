@@ -28,6 +28,19 @@ def fold_stderr(fold_values: FloatArray, shares: FloatArray) -> FloatArray:
     return np.asarray(np.sqrt(variance), dtype=np.float64)
 
 
+def fold_deviations(fold_values: FloatArray, shares: FloatArray) -> FloatArray | None:
+    """(F, ...): each fold's deviation of fold values (T, N, F) from the value, scaled so that their
+    squares sum to fold_stderr's variance (0 where a round was not split); None with fewer than 2 folds."""
+    shares = np.asarray(shares, dtype=np.float64)
+    folds = shares.shape[0]
+    if folds < 2:
+        return None
+    fold_values = np.nan_to_num(fold_values)
+    alone = fold_values / np.where(shares > 0, shares, 1.0)
+    deviation = (alone - fold_values.sum(axis=-1, keepdims=True)) * np.sqrt(shares / (folds - 1))
+    return np.asarray(np.moveaxis(deviation, -1, 0), dtype=np.float64)
+
+
 def merge_folds(fold_values: FloatArray, shares: FloatArray, folds: int) -> tuple[FloatArray, FloatArray]:
     """Fold values (last axis) of a finer split merged into `folds` (fold f' holds the f with f % folds =
     f': class_scores.FOLDS nest), and the merged shares."""
@@ -42,8 +55,9 @@ def merge_folds(fold_values: FloatArray, shares: FloatArray, folds: int) -> tupl
 @dataclass(frozen=True)
 class RoundMatrices:
     """A run's round values as round-by-participant matrices (observed where `mask`): FedSV, LOO, the
-    estimator's variance, each round's selection count m_t, and the values per validation fold (T, N, F;
-    NaN in rounds not split by fold) with the folds' shares."""
+    estimator's variance, each round's selection count m_t, the values per validation fold (T, N, F;
+    NaN in rounds not split by fold) with the folds' shares, and how much the first round's gain would
+    move with another initial model (initial_spread.py; NaN: not measured)."""
 
     ids: list[str]
     fedsv: FloatArray
@@ -55,6 +69,7 @@ class RoundMatrices:
     loo_folds: FloatArray
     shares: FloatArray
     accepted: BoolArray  # the selected updates that were aggregated (the others are valued 0)
+    initial_spread: float = math.nan  # the SD of U(w_0) over initial models (0: round 1 is not here)
 
     @property
     def rounds(self) -> int:
