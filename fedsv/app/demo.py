@@ -23,6 +23,7 @@ from fedsv.fl.updates import ClientUpdate
 from fedsv.task.interface import TrainContext
 from fedsv.task.sources import evaluation_samples, rank_samples, rank_source
 from fedsv.valuation import FederatedValuation, RoundValues
+from fedsv.valuation.initial_spread import measure
 from fedsv.valuation.round_valuation import GameSettings, value_updates
 
 
@@ -127,6 +128,10 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
     accounting = FederatedValuation([participant_id(r) for r in range(config.participants)])
     accuracies: list[float] = []
     for trained, accuracy in demo_rounds(config):
+        if not accounting.initial_scores:  # as the coordinator measures them when a run starts
+            task, validation = config.load_task(), trained.validation
+            scores = measure(task.build_model, validation.x, validation.y, task.metric, config.seed)
+            accounting.initial_scores = list(scores.values())
         values = value_updates(
             trained.model,
             trained.params,

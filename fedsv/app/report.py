@@ -106,12 +106,13 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         run = ledger.run_config()
         records, rows, traffic_rows = ledger.rounds(), ledger.values(), ledger.traffic()
         updates, class_rows, fold_rows = ledger.updates(), ledger.class_values(), ledger.fold_values()
+        initial = ledger.initial_scores()
     if run is None:
         raise ValueError(f"{path} records no run yet")
     # every participant the run had, and any selected (in a round not valued yet too)
     world = list(dict.fromkeys([*(_world(run[1]) or []), *(p for rec in records for p in rec.selected)]))
     # refuses value rows of rounds it has no record of
-    valuation = federated_valuation(records, rows, world, class_rows, fold_rows)
+    valuation = federated_valuation(records, rows, world, class_rows, fold_rows, initial)
     classes = valuation.class_totals()
     completion = valuation.completed()[1] if valuation.per_round() else None
     rows_of: dict[int, list[ValueRow]] = {rec.round: [] for rec in records}

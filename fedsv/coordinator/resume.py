@@ -43,11 +43,12 @@ def resume(
     participants of `world`. Inputs of rounds valued already, or never committed, are pruned;
     ValueError when a pending round's inputs are lost."""
     checkpoint = ledger.last_checkpoint()
+    initial = ledger.initial_scores()
     if checkpoint is None:
-        return RunProgress(fresh, accounting=FederatedValuation(world))
+        return RunProgress(fresh, accounting=FederatedValuation(world, initial))
     records = ledger.rounds()
     accounting = federated_valuation(
-        records, ledger.values(), world, ledger.class_values(), ledger.fold_values()
+        records, ledger.values(), world, ledger.class_values(), ledger.fold_values(), initial
     )
     metrics.restore(records, accounting.sums(), accounting.sum_errors())
     pending = ledger.pending_rounds()

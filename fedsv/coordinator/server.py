@@ -35,6 +35,7 @@ from fedsv.fl.state import params_of
 from fedsv.ledger import Ledger
 from fedsv.security.certs import read_tokens
 from fedsv.security.tls import server_credentials
+from fedsv.valuation.initial_spread import measure
 from fedsv.valuation.round_valuation import GameSettings
 from fedsv.wire.codec import spec_of
 from fedsv.wire.v1 import fedsv_pb2
@@ -132,6 +133,12 @@ class Coordinator:
             raise
         try:
             self.ledger.ensure_run(self.run_id, run.to_dict())
+            if not self.ledger.initial_scores():  # measured once: a resumed run keeps its own
+                validation = inputs.validation
+                scores = measure(
+                    inputs.task.build_model, validation.x, validation.y, inputs.task.metric, run.seed
+                )
+                self.ledger.record_initial_scores(scores)
             self.loop = self._round_loop(run, server, inputs, state_dir)
         except BaseException:
             self.ledger.close()

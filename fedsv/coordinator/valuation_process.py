@@ -151,7 +151,7 @@ def _complete(matrices: RoundMatrices) -> CompletedReply | Failed:
     matrix = matrices.completion_matrix()
     try:
         completed = matrix.complete()
-        errors = uncertainty(matrices, completed.chosen, completed.totals)
+        errors = uncertainty(matrices, completed.chosen)
     except Exception as exc:  # reported; the coordinator carries on without live completed values
         logger.exception("completing %d rounds failed", matrices.rounds)
         return Failed(matrices.rounds, f"{type(exc).__name__}: {exc}")

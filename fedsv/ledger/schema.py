@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from fedsv.ledger.records import FoldValueRow, RoundRecord, RoundStatus, ValueRow
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Version 2 added the updates table (each aggregated update's sample count) and the rounds' valued_at
 (when a round's values were committed: valuation may run behind the rounds). Version 3 added the
 rounds' status (pending, valued, not_valued), which older files spell as the method "pending" or
@@ -16,7 +16,8 @@ rounds' status (pending, valued, not_valued), which older files spell as the met
 largest (rounds.max_stderr); older rows read as not recorded (NULL), those of exact rounds as 0.
 Version 5 added the values per validation label (class_values). Version 6 added each round's refused
 updates with their reasons (rounds.refused), the values per validation fold (fold_values) and each
-label value's validation error (class_values.validation). A coordinator migrates an older file
+label value's validation error (class_values.validation). Version 7 added the validation scores of
+other initial models (initial_scores: valuation/initial_spread.py). A coordinator migrates an older file
 when it opens it (MIGRATIONS); a reader reads it as is (round_columns)."""
 
 STRICT = " STRICT" if sqlite3.sqlite_version_info >= (3, 37, 0) else ""
@@ -50,6 +51,7 @@ _FOLD_VALUES_TABLE = (
     "fold INTEGER NOT NULL CHECK (fold >= 0), share REAL NOT NULL, fedsv REAL NOT NULL, loo REAL NOT NULL, "
     f"PRIMARY KEY (round, participant, fold)){STRICT}"
 )
+_INITIAL_SCORES_TABLE = f"CREATE TABLE initial_scores (seed INTEGER PRIMARY KEY, score REAL NOT NULL){STRICT}"
 CREATE = [
     f"CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL){STRICT}",
     "CREATE TABLE run (id INTEGER PRIMARY KEY CHECK (id = 1), run_id TEXT NOT NULL, config TEXT NOT NULL, "
@@ -67,6 +69,7 @@ CREATE = [
     _UPDATES_TABLE,
     _CLASS_VALUES_TABLE,
     _FOLD_VALUES_TABLE,
+    _INITIAL_SCORES_TABLE,
 ]
 
 _STATUS_OF_METHOD = (
@@ -106,12 +109,17 @@ def _to_6(conn: sqlite3.Connection) -> None:
     conn.execute(_FOLD_VALUES_TABLE)
 
 
+def _to_7(conn: sqlite3.Connection) -> None:
+    conn.execute(_INITIAL_SCORES_TABLE)
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _to_2,
     2: _to_3,
     3: _to_4,
     4: _to_5,
     5: _to_6,
+    6: _to_7,
 }
 """version -> the step that brings a file of that version to the next."""
 

@@ -81,6 +81,20 @@ class Ledger(LedgerFile):
         rows = self._query("SELECT created_at FROM run WHERE id = 1")
         return float(rows[0][0]) if rows else None
 
+    def record_initial_scores(self, scores: dict[int, float]) -> None:
+        """Record the validation scores of other initial models, seed -> score, once: a file that holds
+        some keeps them (a resumed run keeps the scores it started with)."""
+        self._writable()
+        with self._transaction() as conn:
+            if conn.execute("SELECT COUNT(*) FROM initial_scores").fetchone()[0] == 0:
+                conn.executemany("INSERT INTO initial_scores VALUES (?, ?)", sorted(scores.items()))
+
+    def initial_scores(self) -> list[float]:
+        """The validation scores of other initial models, by seed (none before schema 7)."""
+        if self._version < 7:
+            return []
+        return [float(r[0]) for r in self._query("SELECT score FROM initial_scores ORDER BY seed")]
+
     def commit_round(
         self,
         record: RoundRecord,
@@ -187,10 +201,7 @@ class Ledger(LedgerFile):
             f"SELECT round, participant, label, fedsv, stderr, {validation} FROM class_values "
             "ORDER BY round, participant, label"
         )
-        return [
-            ClassValueRow(*r[:4], *(math.nan if v is None else v for v in r[4:]))
-            for r in rows
-        ]
+        return [ClassValueRow(*r[:4], *(math.nan if v is None else v for v in r[4:])) for r in rows]
 
     def fold_values(self) -> list[FoldValueRow]:
         """Every value per validation fold, by round, participant and fold (none before schema 6)."""

@@ -93,9 +93,11 @@ def federated_valuation(
     world: Sequence[str] | None = None,
     classes: Sequence[ClassValueRow] = (),
     folds: Sequence[FoldValueRow] = (),
+    initial_scores: Sequence[float] = (),
 ) -> FederatedValuation:
     """The per-round values the ledger holds, back as valuation's accounting (rounds valued "none": none);
-    `world`: every participant of the run (FederatedValuation).
+    `world`: every participant of the run and `initial_scores` the validation scores of other initial
+    models (FederatedValuation).
 
     A value row of a round the ledger has no record of is refused (ValueError): the two tables are
     written in one transaction, so such a row means the file was altered.
@@ -104,7 +106,7 @@ def federated_valuation(
     by_round: dict[int, list[ValueRow]] = {}
     for row in rows:
         by_round.setdefault(row.round, []).append(row)
-    accounting = FederatedValuation(world)
+    accounting = FederatedValuation(world, initial_scores)
     classes_of: dict[int, list[ClassValueRow]] = {}
     for class_row in classes:
         classes_of.setdefault(class_row.round, []).append(class_row)

@@ -204,6 +204,8 @@ def test_update_rows_record_each_aggregated_count(ledger: Ledger) -> None:
 def _downgrade(path: Path, version: int) -> None:
     """Make a current ledger look like what a coordinator of schema `version` left."""
     with sqlite3.connect(path) as conn:
+        if version < 7:  # no initial scores
+            conn.execute("DROP TABLE initial_scores")
         if version < 6:  # no refusals, no values per fold, no validation error per label
             conn.execute("ALTER TABLE rounds DROP COLUMN refused")
             conn.execute("DROP TABLE fold_values")
@@ -274,6 +276,22 @@ def test_a_schema_3_ledger_reads_exact_rounds_as_exact_and_others_as_not_recorde
             assert all(math.isnan(e) for (n, _), e in by_round.items() if n == 2)
             first, second = ledger.rounds()
             assert first.max_stderr == 0.0 and math.isnan(second.max_stderr)
+
+
+def test_initial_scores_are_recorded_once_and_older_files_have_none(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        ledger.record_initial_scores({7: 0.25, 3: 0.5})
+        ledger.record_initial_scores({7: 0.9, 11: 0.1})  # a resumed run keeps what it started with
+        assert ledger.initial_scores() == [0.5, 0.25]
+    _downgrade(path, 6)
+    with Ledger(path, read_only=True) as reader:
+        assert reader.initial_scores() == []
+    with Ledger(path) as ledger:  # migrated: the table is back, empty
+        assert ledger.initial_scores() == []
+        ledger.record_initial_scores({1: 0.75})
+        assert ledger.initial_scores() == [0.75]
 
 
 def test_standard_errors_round_trip_including_unknown(ledger: Ledger) -> None:

@@ -41,6 +41,10 @@ def _round(number: int) -> PendingRound:
     return PendingRound(number, params, updates)
 
 
+INITIAL = [0.08, 0.11, 0.1, 0.12]
+"""The validation scores of other initial models, as a coordinator records them when a run starts."""
+
+
 def _validation() -> EvalSet:
     rng = np.random.default_rng(0)
     return EvalSet(rng.random((60, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, size=60))
@@ -60,7 +64,7 @@ def _commit_pending(ledger: Ledger, number: int) -> None:
 def test_a_round_left_pending_by_a_kill_gets_the_same_values_from_a_new_worker(tmp_path: Path) -> None:
     model, validation = build_model("mlp", (1, 28, 28), seed=0), _validation()
     # What inline valuation gives for rounds 1 and 2.
-    inline = FederatedValuation()
+    inline = FederatedValuation(initial_scores=INITIAL)
     expected = [value_updates(model, r.params, r.updates, validation, r.round, _spec(r.round), inline)
                 for r in (_round(1), _round(2))]  # fmt: skip
     # A coordinator committed both rounds as pending, their inputs on disk, and died.
@@ -77,7 +81,7 @@ def test_a_round_left_pending_by_a_kill_gets_the_same_values_from_a_new_worker(t
             ledger.commit_values(2, value_rows(early), valuation_summary(early, 0.0))
         # The restarted coordinator: a new worker values the backlog from the files.
         metrics = CoordinatorMetrics(CollectorRegistry())
-        accounting = FederatedValuation()
+        accounting = FederatedValuation(initial_scores=INITIAL)  # as resume() reads them from the ledger
         worker = ValuationWorker(
             GivenSetup(model, validation), GameSettings(), _spec, accounting, ledger, metrics, store
         )

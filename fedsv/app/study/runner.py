@@ -55,10 +55,10 @@ class RunResult:
         """The run's per-round values, as recorded in its ledger (with their values per validation fold,
         over every participant of the run), so its values and errors are the run's report's."""
         with Ledger(self.directory / "ledger.sqlite", read_only=True) as ledger:
-            folds, run = ledger.fold_values(), ledger.run_config()
+            folds, run, initial = ledger.fold_values(), ledger.run_config(), ledger.initial_scores()
         count = None if run is None else run[1].get("participants")
         world = [participant_id(r) for r in range(count)] if isinstance(count, int) else None
-        return federated_valuation(self.rounds, self.values, world, (), folds)
+        return federated_valuation(self.rounds, self.values, world, (), folds, initial)
 
     def selection(self) -> dict[int, list[str]]:
         """round -> participant ids selected in it."""

@@ -64,6 +64,15 @@ class RunRecorder:
             self.ledger.ensure_run(self.run_id, config)
         self.metrics = CoordinatorMetrics(registry) if registry is not None else None
 
+    def set_initial_scores(self, scores: dict[int, float]) -> None:
+        """The validation scores of other initial models (valuation/initial_spread.py), recorded in the
+        ledger when it has none yet (a ledger file reused for one run keeps the first)."""
+        if self.ledger is not None:
+            self.ledger.record_initial_scores(scores)
+            self.accounting.initial_scores = self.ledger.initial_scores()
+        else:
+            self.accounting.initial_scores = list(scores.values())
+
     def commit(
         self,
         record: RoundRecord,

@@ -35,6 +35,7 @@ from fedsv.integrations.flower.valuer import (
 from fedsv.ledger import RoundStatus, RoundTimes, build_round_record
 from fedsv.task.interface import Task
 from fedsv.valuation import RoundValues, ValuationSpec
+from fedsv.valuation.initial_spread import measure, reinitialized, seeded
 from fedsv.valuation.round_inputs import Metric
 from fedsv.valuation.round_valuation import GameSettings
 
@@ -51,6 +52,10 @@ def round_line(values: RoundValues) -> str:
         f"fedsv: round {values.round} valued ({values.method}, {values.evaluations} evaluations, "
         f"{values.seconds:.2f} s): top {top} {high:+.4f}, bottom {bottom} {low:+.4f}"
     )
+
+
+INITIAL_SEED = 0
+"""The seed of a Flower run's other initial models (the app's own w_0 is its own)."""
 
 
 def _model(task_or_model: Task | nn.Module) -> nn.Module:
@@ -113,6 +118,12 @@ class FedSVStrategy(Strategy):
             "valuation": repr(self.spec),
         }
         self.recorder = RunRecorder(ledger, config, run_id, registry)
+        build = (
+            reinitialized(self.model)
+            if isinstance(task_or_model, nn.Module)
+            else seeded(task_or_model.build_model)
+        )
+        self.recorder.set_initial_scores(measure(build, x_val, y_val, metric, INITIAL_SEED))
         self.valuer = self._valuer(EvalSet(x_val, y_val), game, background, valuation_threads)
         where = f"ledger {self.recorder.path}" if self.recorder.path is not None else "no ledger"
         how = "in the background" if self.valuer.background else "inline"
