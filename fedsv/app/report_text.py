@@ -105,8 +105,8 @@ def format_table(report: dict[str, Any]) -> str:
     if any(row["separated_from_next"] is False for row in ranked):
         lines.append("\n~ not separated from the next rank at 95% (difference within 1.96 combined stderr)")
     lines.append(
-        "\nerrors: the estimator's, the validation set's and a rerun's (training, selection) together; "
-        "report.json's stderr_parts has each"
+        "\nerrors: the estimator's, the validation set's and a rerun's (training, selection, initial model) "
+        "together; report.json's stderr_parts has each"
     )
     return "\n".join(lines)
 

@@ -12,9 +12,11 @@ import numpy.typing as npt
 from fedsv.valuation.api import Plan
 from fedsv.valuation.completion import Completed, RoundMatrix
 from fedsv.valuation.game import Game
+from fedsv.valuation.initial_spread import spread
 from fedsv.valuation.rerun_noise import sum_rerun
 from fedsv.valuation.round_matrices import RoundMatrices, merge_folds
 from fedsv.valuation.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
+from fedsv.valuation.shrinkage import Shrinkage
 from fedsv.valuation.spec import ValuationSpec
 from fedsv.valuation.valuation_noise import COMPONENTS, Uncertainty, uncertainty
 
@@ -37,12 +39,15 @@ class FederatedValuation:
     """The federated SV over rounds: a participant's value is the sum over the rounds it was selected in.
 
     `world`: every participant of the run (selected or not); the completed values (completion.py) value
-    each of them in every round. None: the participants selected so far.
+    each of them in every round. None: the participants selected so far. `initial_scores`: the
+    validation scores of other initial models (initial_spread.py), from which a rerun's error takes the
+    pot's part; none (not measured) leaves a rerun's error of the FedSV totals unknown once round 1 is in.
     """
 
-    def __init__(self, world: Sequence[str] | None = None) -> None:
+    def __init__(self, world: Sequence[str] | None = None, initial_scores: Sequence[float] = ()) -> None:
         self._rounds: dict[int, RoundValues] = {}
         self.world = None if world is None else list(world)
+        self.initial_scores = list(initial_scores)
         self._completed: tuple[int, Completed, list[str]] | None = None  # (rounds when computed, ...)
         self._uncertainty: tuple[int, Uncertainty] | None = None
         self._matrices: tuple[int, RoundMatrices] | None = None
@@ -81,15 +86,16 @@ class FederatedValuation:
 
     def totals(self) -> dict[str, dict[str, float]]:
         """Per participant, the totals of TOTAL_KEYS: the sums(), fedsv_completed (completed()) and
-        fedsv_shrunk (the completed totals shrunk by their noise, shrinkage.py)."""
+        fedsv_shrunk (each member's effect on its rounds, shrunk by its noise: shrinkage.py)."""
         out = self.sums()
         out["fedsv_completed"], out["fedsv_shrunk"] = {}, {}
         if self._rounds:
             ids, completed = self.completed()
             out["fedsv_completed"] = dict(zip(ids, map(float, completed.totals), strict=True))
-            shrinkage = self.uncertainty().shrinkage
-            assert shrinkage is not None  # uncertainty() takes it from the completed totals
-            out["fedsv_shrunk"] = dict(zip(ids, map(float, shrinkage.apply(completed.totals)), strict=True))
+            matrices = self.matrices()
+            fit = Shrinkage.fit(matrices.fedsv, matrices.mask, matrices.accepted, matrices.weights)
+            shrunk = fit.apply(matrices.fedsv)
+            out["fedsv_shrunk"] = dict(zip(ids, map(float, shrunk), strict=True))
         return {key: out[key] for key in TOTAL_KEYS}
 
     def sums(self) -> dict[str, dict[str, float]]:
@@ -193,7 +199,11 @@ class FederatedValuation:
             fedsv_f[t, cols], shares = merge_folds(rv.folds.fedsv, rv.folds.shares, folds)
             loo_f[t, cols] = merge_folds(rv.folds.loo, rv.folds.shares, folds)[0]
         selected = [len(rv.selected or rv.participants) for rv in rounds]
-        return RoundMatrices(ids, fedsv, loo, mask, variance, selected, fedsv_f, loo_f, shares, accepted)
+        # another w_0 moves round 1's gain; rounds after it start from the run's own model
+        initial = spread(self.initial_scores) if rounds and rounds[0].round == 1 else 0.0
+        return RoundMatrices(
+            ids, fedsv, loo, mask, variance, selected, fedsv_f, loo_f, shares, accepted, initial
+        )
 
     def adopt(self, matrix: RoundMatrix, completed: Completed, errors: Uncertainty | None = None) -> None:
         """Use `completed` (and `errors`), the completion (and the uncertainty) of this accounting's
@@ -208,7 +218,7 @@ class FederatedValuation:
         and a rerun's; computed once per number of rounds recorded."""
         if self._uncertainty is None or self._uncertainty[0] != len(self._rounds):
             _, completed = self.completed()
-            found = uncertainty(self.matrices(), completed.chosen, completed.totals)
+            found = uncertainty(self.matrices(), completed.chosen)
             self._uncertainty = (len(self._rounds), found)
         return self._uncertainty[1]
 

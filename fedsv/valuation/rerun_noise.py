@@ -17,7 +17,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedsv.valuation.completion import Model, acceptance, choose, completed_totals, fit
-from fedsv.valuation.round_matrices import BoolArray, FloatArray, RoundMatrices, fold_stderr, norms
+from fedsv.valuation.noise_persistence import TrainingNoise, estimate, residuals
+from fedsv.valuation.round_matrices import BoolArray, FloatArray, RoundMatrices, fold_deviations, norms
+from fedsv.valuation.shrinkage import Shrinkage
 
 REPLICATES = 200
 """Simulated reruns per run; the relative error of a standard error from R reruns is about 1/sqrt(2R)."""
@@ -37,22 +39,34 @@ def _parameters(model: Model, rounds: int, members: int) -> int:
 
 
 def training_noise(
-    values: FloatArray, mask: BoolArray, known_variance: FloatArray, model: Model, seed: int
-) -> tuple[FloatArray, FloatArray] | None:
-    """The model's fit of every entry and each entry's training-noise standard deviation (T, N): the
-    residuals' variance (corrected for the model's parameters) less what the estimator and the
-    validation set explain, per round (pooled towards the run's) times a per-member scale (a member
-    with a small shard is noisier; one whose updates never count is not noisy at all; pooled towards
-    1); None when the residuals leave no degree of freedom."""
+    values: FloatArray,
+    mask: BoolArray,
+    estimator_variance: FloatArray,
+    validation: FloatArray | None,
+    model: Model,
+    seed: int,
+) -> TrainingNoise | None:
+    """The model's fit of every entry, each entry's training-noise standard deviation (T, N) and its
+    persistence over rounds (noise_persistence): the residuals' variance less what the estimator and
+    the validation set explain (`validation`: the fold deviations, round_matrices.fold_deviations,
+    passed through the same fit, so that what the model absorbs of the validation set's persistent
+    noise is not taken out twice), corrected for the model's parameters, per round (pooled towards the
+    run's) times a per-member scale (a member with a small shard is noisier; one whose updates never
+    count is not noisy at all; pooled towards 1); None when the residuals leave no degree of freedom."""
     center = fit(values, mask, model, seed)
     observed = int(mask.sum())
     params = _parameters(model, int(mask.any(axis=1).sum()), int(mask.any(axis=0).sum()))
     if observed - params < 2:
         return None
-    residual = np.where(mask, np.square(values - center), 0.0) * observed / (observed - params)
-    excess = np.maximum(residual - np.where(mask, np.nan_to_num(known_variance), 0.0), 0.0)
-    known = np.where(mask, np.nan_to_num(known_variance), 0.0).sum(axis=1)
-    per_round_excess = np.maximum(residual.sum(axis=1) - known, 0.0)
+    kept = (observed - params) / observed
+    residual = np.where(mask, values - center, 0.0)
+    seen = None if validation is None else np.array([residuals(d, mask, model, seed) for d in validation])
+    explained = kept * np.where(mask, np.nan_to_num(estimator_variance), 0.0)
+    if seen is not None:
+        explained = explained + np.square(seen).sum(axis=0)
+    training = (np.square(residual) - explained) / kept
+    excess = np.where(mask, np.maximum(training, 0.0), 0.0)
+    per_round_excess = np.maximum(np.where(mask, training, 0.0).sum(axis=1), 0.0)
     counts = mask.sum(axis=1)
     pooled = float(per_round_excess.sum() / observed)
     per_round = (per_round_excess + POOLING * pooled) / (counts + POOLING)
@@ -60,35 +74,47 @@ def training_noise(
     member = (scaled.sum(axis=0) + POOLING) / (mask.sum(axis=0) + POOLING)
     mean_member = float(np.average(member, weights=np.maximum(mask.sum(axis=0), 1e-12)))
     member = member / max(mean_member, 1e-300)  # the rounds' scale is the members' average
-    return center, np.sqrt(np.outer(per_round, member))
+    noise = TrainingNoise(center, np.sqrt(np.outer(per_round, member)))
+    return estimate(residual, seen, mask, noise, model, seed)
 
 
 def simulate(
-    center: FloatArray,
-    noise: FloatArray,  # (T, N) standard deviations
+    noise: TrainingNoise,
     selected: Sequence[int],
     rate: FloatArray,  # each member's share of selected updates aggregated
-    model: Model | None,
-    completed: bool,
+    model: Model | None,  # the completion's (None: nothing missing)
+    completed: bool,  # take the completed and the shrunk values too
+    validation: FloatArray | None,  # (F, T, N) fold deviations: the validation set's noise (None: none)
     replicates: int,
     seed: int,
+    initial: float = 0.0,  # the SD of the first round's gain over initial models
+    shrunk_center: FloatArray | None = None,  # the model the shrunk value's reruns start from
 ) -> dict[str, FloatArray]:
-    """Each member's totals (sum, normalized and completed) over simulated reruns, (replicates, N): each
-    round selects afresh, each selected update is aggregated as often as the member's were."""
-    rounds, members = center.shape
+    """Each member's totals over simulated reruns, (replicates, N): the sum and the normalized sum; if
+    `completed`, the completed and the shrunk value too (the shrunk refitted in every rerun,
+    with a draw of the validation set's noise, persistent over rounds as the folds show it, in its
+    values: the spread it is fitted to holds that noise in a real run too). Each round selects afresh,
+    each selected update is aggregated as often as the member's were."""
+    rounds, members = noise.center.shape
     rng = np.random.default_rng(seed)
     weights = np.asarray(selected, dtype=np.float64) / members
-    draws: dict[str, list[FloatArray]] = {"sum": [], "normalized": [], "completed": []}
+    draws: dict[str, list[FloatArray]] = {"sum": [], "normalized": [], "completed": [], "shrunk": []}
     for _ in range(replicates):
         order = rng.random((rounds, members)).argsort(axis=1).argsort(axis=1)
         mask = order < np.asarray(selected)[:, None]
         accepted = mask & (rng.random((rounds, members)) < rate[None, :])
-        values = center + noise * rng.standard_normal((rounds, members))
+        values = noise.draw(rng)
+        values[0] -= initial * rng.standard_normal() / max(selected[0], 1)
         observed = np.where(accepted, values, 0.0)
         draws["sum"].append(observed.sum(axis=0))
         draws["normalized"].append((observed / norms(values, accepted)[:, None]).sum(axis=0))
         if completed:
             draws["completed"].append(completed_totals(values, mask, accepted, weights, model, seed))
+            if shrunk_center is not None:
+                values = values - noise.center + shrunk_center
+            if validation is not None:
+                values = values + np.tensordot(rng.standard_normal(validation.shape[0]), validation, axes=1)
+            draws["shrunk"].append(Shrinkage.fit(values, mask, accepted, weights).apply(values))
     return {key: np.array(d) for key, d in draws.items() if d}
 
 
@@ -100,28 +126,39 @@ def rerun_part(
     matrices: RoundMatrices, model: Model | None, replicates: int, seed: int
 ) -> tuple[dict[str, FloatArray], FloatArray | None]:
     """Each total's training-and-selection part, from simulated reruns (NaN where it cannot be told),
-    and the completed value's simulated totals (replicates, N), None where there are none."""
+    but the shrunk value's: its simulated totals (replicates, N; None where there are none), from which
+    valuation_noise takes its part."""
     unknown = np.full(len(matrices.ids), math.nan)
     accepted, rate = matrices.accepted, acceptance(matrices.mask, matrices.accepted)
-    validation_var = np.square(
-        np.nan_to_num(fold_stderr(np.nan_to_num(matrices.fedsv_folds), matrices.shares))
-    )
-    known = matrices.estimator_variance + validation_var
     noise_model = model or choose(matrices.fedsv, accepted, seed)[0]
     out = dict.fromkeys(("fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized"), unknown)
-    fedsv = training_noise(matrices.fedsv, accepted, known, noise_model, seed)
-    completed = None
+    validation = fold_deviations(matrices.fedsv_folds, matrices.shares)
+    fedsv = training_noise(
+        matrices.fedsv, accepted, matrices.estimator_variance, validation, noise_model, seed
+    )
+    shrunk = None
     if fedsv is not None:
-        draws = simulate(*fedsv, matrices.selected, rate, model, True, replicates, seed)
+        initial = matrices.initial_spread
+        fitted = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights).as_fitted(
+            fedsv.center
+        )
+        draws = simulate(
+            fedsv, matrices.selected, rate, model, True, validation, replicates, seed,
+            np.nan_to_num(initial), fitted,
+        )  # fmt: skip
         out |= {"fedsv": spread(draws["sum"]), "fedsv_normalized": spread(draws["normalized"])}
-        completed = draws["completed"]
-        out["fedsv_completed"] = spread(completed)
-    loo_validation = np.square(np.nan_to_num(fold_stderr(np.nan_to_num(matrices.loo_folds), matrices.shares)))
-    loo = training_noise(matrices.loo, accepted, loo_validation, noise_model, seed)
+        out["fedsv_completed"] = spread(draws["completed"])
+        shrunk = draws["shrunk"]
+        if math.isnan(initial):  # the pot's part is not known: neither is a rerun's
+            out |= dict.fromkeys(("fedsv", "fedsv_normalized", "fedsv_completed"), unknown)
+            shrunk = np.full_like(shrunk, math.nan)
+    zeros = np.zeros_like(matrices.loo)
+    loo_folds = fold_deviations(matrices.loo_folds, matrices.shares)
+    loo = training_noise(matrices.loo, accepted, zeros, loo_folds, noise_model, seed)
     if loo is not None:
-        draws = simulate(*loo, matrices.selected, rate, model, False, replicates, seed)
+        draws = simulate(loo, matrices.selected, rate, model, False, None, replicates, seed)
         out |= {"loo": spread(draws["sum"]), "loo_normalized": spread(draws["normalized"])}
-    return out, completed
+    return out, shrunk
 
 
 LABEL_MODEL = Model("rounds and members", 0, 2.0)
@@ -135,9 +172,9 @@ def sum_rerun(
     values over the same rounds (a validation label's values): its own noise around LABEL_MODEL, the
     run's selections and acceptance; NaN where it cannot be told."""
     accepted = matrices.accepted
-    noise = training_noise(values, accepted, np.zeros_like(values), LABEL_MODEL, seed)
+    noise = training_noise(values, accepted, np.zeros_like(values), None, LABEL_MODEL, seed)
     if noise is None:
         return np.full(values.shape[1], math.nan)
     rate = acceptance(matrices.mask, accepted)
-    draws = simulate(*noise, matrices.selected, rate, None, False, replicates, seed)
+    draws = simulate(noise, matrices.selected, rate, None, False, None, replicates, seed)
     return spread(draws["sum"])

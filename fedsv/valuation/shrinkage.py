@@ -1,26 +1,31 @@
-"""The shrunk value: completed totals pulled towards their mean by how much of their spread is noise.
+"""The shrunk value: each member's own effect on its rounds' values, weighed by their noise, shrunk by it.
 
-Members' completed totals c_i differ by their true worth and by noise of stated variance s_i^2 (their
-errors against a rerun, valuation_noise). The spread of the true worth is estimated as
-tau^2 = max(0, var(c) - mean(s^2)) (the method of moments of a normal-normal model), and every total is
-pulled towards the members' mean by the share of its spread that is noise:
+A member's FedSV in a round it was aggregated in is modelled as the round's level plus the member's own
+effect plus noise, V[t, i] = level_t + theta_i + e[t, i], with e's variance sigma_t^2 per round (early
+rounds, with large gains, are far noisier than late ones). The level is the round's mean observed value;
+the effect is estimated from the member's residuals weighed by their precision (generalized least
+squares), so that one lucky early round does not outweigh five late ones:
 
-    shrunk_i = mean + B_i (c_i - mean),   B_i = max(B, tau^2 / (tau^2 + s_i^2)),
-    B = tau^2 / (tau^2 + mean(s^2))
+    d_i = sum_t p_t (V[t, i] - level_t) / sum_t p_t,   p_t = 1 / sigma_t^2,   s_i^2 = 1 / sum_t p_t
 
-James and Stein's estimator with one factor B for all, except that a member less noisy than the
-average keeps more of its distance (its own factor), down to a value known exactly (s_i = 0: a member
-turned away in every round is worth 0, in every rerun), which is not pulled at all. Where the members
-cannot be told apart (tau^2 near 0) everyone else moves to the mean, and twins holding the same data
-end close together; where some stand out by far more than the noise (a wrong-label member), B is near
-1 and little moves. The noisier members all share B, so members on one side of the mean keep their
-order against those on the other, and a detection by rank finds what the completed value finds (a
-factor per member for everyone, tau^2 / (tau^2 + s_i^2), would pull the noisiest members, often the
-ones with bad data, furthest towards the mean). B never reaches 0 (MIN_FACTOR), so the completed
-value's order survives where the members cannot be told apart: on the paper-scale noisy-label study
-tau^2 is 0, and factors of 0 tied every member (detection area 0.485, random; 0.572 with the floor,
-the completed value's 0.571). The map is linear once the factors are fixed (Shrinkage.matrix), so
-every part of its error follows from the completed value's.
+over the rounds t that aggregated i's update. The members' true effects spread by tau^2 =
+max(0, var(d) - mean(s^2)) (the method of moments of a normal-normal model), and each estimate is pulled
+towards their mean by the share of it that is noise (empirical Bayes, James and Stein):
+
+    shrunk_i = rate_i * sum_t w_t (level_t + mean + B_i (d_i - mean)),   B_i = tau^2 / (tau^2 + s_i^2)
+
+w_t = m_t / N is the round's selection probability (as for the completed value: every member valued in
+every round, selection luck removed) and rate_i the share of the member's selected updates that were
+aggregated (a member turned away in every round is worth 0, exactly). B never reaches 0 (MIN_FACTOR),
+so where the values cannot tell the members apart (tau^2 = 0) they are paid alike to a millionth of
+their distance and their order, what a detection by rank reads, is the effects' order.
+
+Why this and not the completed value shrunk: a completed total keeps every observed round value as it
+came, and an early round's noise is many times a late round's; weighed by precision, the effect finds
+the paper's noisy-label members better than FedSV does (docs/results.md), and shrunk by its own noise
+it moves less between reruns (docs/valuation.md). With the levels and the factors fixed (`apply`) the
+value is linear in the round values, so the validation set's and the estimator's parts of its error
+follow through the same map; a rerun's part refits everything in each simulated rerun (valuation_noise).
 """
 
 from __future__ import annotations
@@ -32,53 +37,143 @@ import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 
 MIN_FACTOR = 1e-6
 """B never reaches 0: members the values cannot tell apart are paid alike to a millionth of their
-distance, and the completed value's order survives (what a detection by rank reads)."""
+distance, and the effects' order survives (what a detection by rank reads)."""
 
 MIN_MEMBERS = 3
-"""Fewer members with a known error than this: nothing to estimate the spread from, no shrinkage."""
+"""Fewer members with an aggregated update than this: nothing to estimate the spread from, no pull."""
+
+MIN_FREEDOM = 2
+"""Fewer residuals than this left beside a level per round and an effect per member (every member seen
+once, as in a run's first round): the noise cannot be told from the members' differences, no pull."""
+
+TRANSLATION = 1.0
+"""No effect is moved further than this many of its standard errors s_i (Efron and Morris's limited
+translation): a member whose data say something far beyond the noise (one that damages every round)
+keeps nearly all of it, where a normal model of the members' spread, misled by the few such members,
+would pull it most of the way to the others."""
+
+MAD_SCALE = 1.4826
+"""The median absolute deviation times this is the standard deviation of normal noise."""
+
+POOLING = 2.0
+"""A round's noise variance is pooled towards the run's with this many residuals' weight."""
 
 
 @dataclass(frozen=True)
 class Shrinkage:
-    """The factor B of every member with a known, non-zero error (1 for the others: a member whose value
-    is exact, or whose error is unknown, is left as it is), which members are pulled (towards their own
-    mean) and the estimated spread tau^2."""
+    """The fitted pieces of the shrunk value: each round's precision p_t and weight w_t, each member's
+    factor B_i and acceptance rate, which members had an update aggregated (`known`), tau^2, and the
+    members whose pull the translation limit stopped, with their effects' fixed shift."""
 
+    precision: FloatArray
+    weights: FloatArray
+    accepted: BoolArray
     factors: FloatArray
-    known: npt.NDArray[np.bool_]
+    rate: FloatArray
+    known: BoolArray
     between: float
+    limited: BoolArray
+    shift: FloatArray
 
     @classmethod
-    def of(cls, totals: FloatArray, errors: FloatArray) -> Shrinkage:
-        known = np.isfinite(errors) & np.isfinite(totals)
-        factors = np.ones(totals.shape[0])
-        if known.sum() < MIN_MEMBERS:
-            return cls(factors, known, math.nan)
-        variance = np.square(errors[known])
-        noise = float(variance.mean())
-        between = max(0.0, float(np.var(totals[known], ddof=1)) - noise)
-        common = between / (between + noise) if noise > 0 else 1.0
-        # A member less noisy than the average keeps more of its distance (its own factor), down to a
-        # value known exactly (error 0: a member turned away in every round is worth 0 in every rerun),
-        # which is not pulled at all; a noisier one is pulled by the common factor, so that the noisiest
-        # (often the ones with bad data) are not hidden at the mean.
-        own = np.where(variance > 0, between / np.maximum(between + variance, 1e-300), 1.0)
-        factors[known] = np.maximum(MIN_FACTOR, np.maximum(common, own))
-        return cls(factors, known, between)
+    def fit(cls, values: FloatArray, mask: BoolArray, accepted: BoolArray, weights: FloatArray) -> Shrinkage:
+        """The shrinkage of a round-by-participant matrix of values: observed where `accepted` (the
+        selected updates that were aggregated), `mask` the selections, `weights` each round's w_t."""
+        residual = np.where(accepted, values - _levels(values, accepted)[..., None], 0.0)
+        precision = _precision(residual, accepted)
+        selected = mask.sum(axis=0)
+        rate = np.where(selected > 0, accepted.sum(axis=0) / np.maximum(selected, 1), 0.0)
+        known = np.asarray(accepted.any(axis=0), dtype=np.bool_)
+        factors, shift = np.ones(values.shape[1]), np.zeros(values.shape[1])
+        limited = np.zeros(values.shape[1], dtype=np.bool_)
+        between = math.nan
+        # the noise is told from the members' effects only by members seen in several rounds: with
+        # no residual left beside a level per round and an effect per member, nothing is pulled
+        rounds = int(accepted.any(axis=1).sum())
+        freedom = int(accepted.sum()) - rounds - int(known.sum()) + 1
+        if known.sum() >= MIN_MEMBERS and freedom >= MIN_FREEDOM and np.square(residual).sum() > 0:
+            effects, noise = _effects(residual, accepted, precision)
+            mean_noise = float(noise[known].mean())
+            between = max(0.0, float(np.var(effects[known], ddof=1)) - mean_noise)
+            floor = max(between, MIN_FACTOR * mean_noise)
+            factors[known] = floor / (floor + noise[known])
+            center = float(effects[known].mean())
+            pulled = center + factors * (effects - center)
+            limit = TRANSLATION * np.sqrt(np.where(known, noise, 0.0))
+            limited = known & (np.abs(pulled - effects) > limit)
+            shift = np.where(limited, np.sign(pulled - effects) * limit, 0.0)
+        weights = np.asarray(weights, dtype=np.float64)
+        return cls(precision, weights, accepted, factors, rate, known, between, limited, shift)
 
-    def matrix(self) -> FloatArray:
-        """M with shrunk = M @ totals: B_i on the diagonal, (1 - B_i) / K towards the K known members."""
-        n = self.factors.shape[0]
-        pull = np.zeros((n, n))
-        weight = self.known / max(int(self.known.sum()), 1)
-        pull[self.known] = np.outer(1.0 - self.factors[self.known], weight)
-        return np.diag(self.factors) + pull
+    def apply(self, values: FloatArray, shifted: bool = True) -> FloatArray:
+        """The shrunk totals (..., N) of round-by-participant values (..., T, N) with this fit's levels'
+        rule, precisions, factors and translation limits: affine in `values` (linear without the
+        limited members' fixed shifts, `shifted=False`: how a deviation of the values moves the totals);
+        0 for a member never aggregated."""
+        levels = _levels(values, self.accepted)
+        residual = np.where(self.accepted, values - levels[..., None], 0.0)
+        effects, _ = _effects(residual, self.accepted, self.precision)
+        known = self.known
+        center = effects[..., known].mean(axis=-1, keepdims=True) if known.any() else 0.0
+        effect = np.where(
+            self.limited,
+            effects + (self.shift if shifted else 0.0),
+            center + self.factors * (effects - center),
+        )
+        total = self.weights @ levels if levels.ndim == 1 else levels @ self.weights
+        shrunk = self.rate * (np.asarray(total)[..., None] + self.weights.sum() * effect)
+        return np.asarray(np.where(known, shrunk, 0.0), dtype=np.float64)
 
-    def apply(self, totals: FloatArray) -> FloatArray:
-        """The shrunk totals (totals: members on the first axis; NaN rows of unknown members kept)."""
-        safe = np.where(self.known.reshape(-1, *([1] * (totals.ndim - 1))), totals, 0.0)
-        shrunk = np.tensordot(self.matrix(), safe, axes=1)
-        return np.where(self.known.reshape(-1, *([1] * (totals.ndim - 1))), shrunk, totals)
+    def as_fitted(self, center: FloatArray) -> FloatArray:
+        """A model of every entry (T, N) whose members spread as this fit estimates the true effects do
+        (tau^2), for reruns simulated from it: each member's precision-weighted effect in `center` pulled
+        towards the members' mean by sqrt(B_i) (a fitted model's effects hold their noise too, spreading
+        as tau^2 + s_i^2; simulated from them, reruns would find effects more different than they are)."""
+        known = self.known
+        if not known.any():
+            return center
+        levels = center[:, known].mean(axis=1)
+        weight = self.precision / self.precision.sum()
+        effects = weight @ (center - levels[:, None])
+        mean = float(effects[known].mean())
+        kept = np.where(self.limited, 1.0, np.sqrt(self.factors))  # a limited member is far beyond its noise
+        pull = np.where(known, (1.0 - kept) * (effects - mean), 0.0)
+        return np.asarray(center - pull[None, :], dtype=np.float64)
+
+
+def _precision(residual: FloatArray, accepted: BoolArray) -> FloatArray:
+    """Each round's precision 1 / sigma_t^2: the spread of the members' values around the round's
+    level, taken robustly (1.4826 times the median absolute deviation, so that a member far from the
+    others does not pass for noise in the rounds it is in), pooled towards the run's with POOLING
+    residuals' weight."""
+    counts = accepted.sum(axis=1)
+    freedom = np.maximum(counts - 1, 0)
+    masked = np.where(accepted, np.abs(residual), np.nan)
+    rows = counts > 0
+    mad = np.zeros(residual.shape[0])
+    if rows.any():
+        mad[rows] = np.nanmedian(masked[rows], axis=1) * MAD_SCALE
+    squares = freedom * np.square(mad)
+    pooled = float(squares.sum() / max(int(freedom.sum()), 1))
+    variance = (squares + POOLING * pooled) / (freedom + POOLING)
+    return np.asarray(np.where(variance > 0, 1.0 / np.maximum(variance, 1e-300), 1.0), dtype=np.float64)
+
+
+def _levels(values: FloatArray, accepted: BoolArray) -> FloatArray:
+    """Each round's mean aggregated value (0 in a round that aggregated none)."""
+    counts = np.maximum(accepted.sum(axis=-1), 1)
+    return np.asarray(np.where(accepted, values, 0.0).sum(axis=-1) / counts, dtype=np.float64)
+
+
+def _effects(
+    residual: FloatArray, accepted: BoolArray, precision: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Each member's precision-weighted mean residual d_i and its variance s_i^2 (inf: no residual)."""
+    weight = accepted * precision[:, None]
+    total = weight.sum(axis=0)
+    effects = (residual * weight).sum(axis=-2) / np.maximum(total, 1e-300)
+    return effects, np.where(total > 0, 1.0 / np.maximum(total, 1e-300), math.inf)

@@ -12,9 +12,9 @@ evaluation, no extra message), and combined in quadrature (COMPONENTS):
 - **training and selection** (a rerun with another seed): simulated reruns from the run's own noise
   (rerun_noise.py).
 
-The shrunk value (shrinkage.py) is a linear map of the completed one once its factors are fixed, so its
-estimator's and validation parts follow through the map; its rerun part re-estimates the factors in
-every simulated rerun. The assumptions, and where they fail: docs/valuation.md;
+The shrunk value (shrinkage.py) is linear in the round values once its fit is fixed, so its estimator's
+and validation parts follow through that map; its rerun part refits it in every simulated rerun. The
+assumptions, and where they fail: docs/valuation.md;
 benchmarks/bench_calibration.py measures how the stated errors compare with the spread of real reruns.
 """
 
@@ -27,7 +27,7 @@ import numpy as np
 
 from fedsv.valuation.completion import Model, completed_totals
 from fedsv.valuation.rerun_noise import REPLICATES, rerun_part, spread
-from fedsv.valuation.round_matrices import FloatArray, RoundMatrices, fold_stderr, norms
+from fedsv.valuation.round_matrices import FloatArray, RoundMatrices, fold_deviations, fold_stderr, norms
 from fedsv.valuation.shrinkage import Shrinkage
 
 COMPONENTS = ("estimator", "validation", "rerun")
@@ -39,7 +39,7 @@ class Uncertainty:
     """Per value (TOTAL_KEYS) and part (COMPONENTS): each participant's standard error (NaN: unknown)."""
 
     parts: dict[str, dict[str, FloatArray]]
-    shrinkage: Shrinkage | None = None  # how the shrunk value is taken from the completed (shrinkage.py)
+    shrinkage: Shrinkage  # the shrunk value's fit (shrinkage.py)
 
     def stderr(self, key: str) -> FloatArray:
         """The parts of `key` combined in quadrature (unknown where any part is)."""
@@ -47,11 +47,8 @@ class Uncertainty:
         return np.asarray(np.sqrt(total), dtype=np.float64)
 
 
-def _validation(
-    matrices: RoundMatrices, model: Model | None, seed: int
-) -> tuple[dict[str, FloatArray], FloatArray]:
-    """Each total's validation part, from its fold totals (NaN where a round it sums was not split), and
-    the completed value's fold totals (N, F)."""
+def _validation(matrices: RoundMatrices, model: Model | None, seed: int) -> dict[str, FloatArray]:
+    """Each total's validation part, from its fold totals (NaN where a round it sums was not split)."""
     mask, weights, shares = matrices.mask, matrices.weights, matrices.shares
     unsplit = np.isnan(matrices.fedsv_folds).any(axis=2) & mask
     unknown = unsplit.any(axis=0)
@@ -72,7 +69,7 @@ def _validation(
     out = {key: fold_stderr(fold_totals, shares) for key, fold_totals in totals.items()}
     for key in out:
         out[key][unknown] = math.nan
-    return out, completed
+    return out
 
 
 def _estimator(matrices: RoundMatrices) -> dict[str, FloatArray]:
@@ -89,59 +86,58 @@ def _estimator(matrices: RoundMatrices) -> dict[str, FloatArray]:
     }
 
 
-def _shrunk_rerun(
-    draws: FloatArray, result: Uncertainty, parts: dict[str, dict[str, FloatArray]], seed: int
-) -> FloatArray:
-    """The shrunk value's rerun part: each simulated rerun's completed totals, given the validation set's
-    and the estimator's noise too, shrunk with the factors that rerun would estimate (they move with
-    its spread), less the parts the shrinkage's linear map already carries."""
-    stated = result.stderr("fedsv_completed")
-    known = np.sqrt(
-        np.square(parts["validation"]["fedsv_completed"]) + np.square(parts["estimator"]["fedsv_completed"])
-    )
-    noise = np.random.default_rng(seed + 1).standard_normal(draws.shape) * np.nan_to_num(known, posinf=0.0)
-    shrunk = np.array([Shrinkage.of(row, stated).apply(row) for row in draws + noise])
-    linear = np.square(parts["validation"]["fedsv_shrunk"]) + np.square(parts["estimator"]["fedsv_shrunk"])
-    return np.asarray(
-        np.sqrt(np.maximum(np.square(spread(shrunk)) - np.nan_to_num(linear), 0.0)), dtype=np.float64
-    )
+def _shrunk_estimator(matrices: RoundMatrices, shrinkage: Shrinkage, seed: int) -> FloatArray:
+    """The shrunk value's estimator part: the round values' estimator noise through its linear map
+    (simulated; NaN for a member with a round of unknown error)."""
+    variance = np.where(matrices.accepted, matrices.estimator_variance, 0.0)
+    unknown = np.isnan(variance).any(axis=0)
+    sd = np.sqrt(np.nan_to_num(variance))
+    if not sd.any():
+        return np.where(unknown, math.nan, 0.0)
+    noise = np.random.default_rng(seed + 3).standard_normal((REPLICATES, *sd.shape)) * sd
+    moved = shrinkage.apply(matrices.fedsv + noise) - shrinkage.apply(matrices.fedsv)
+    return np.where(unknown, math.nan, np.sqrt(np.mean(np.square(moved), axis=0)))
+
+
+def _shrunk_parts(
+    matrices: RoundMatrices, shrinkage: Shrinkage, draws: FloatArray | None, seed: int
+) -> dict[str, FloatArray]:
+    """The shrunk value's parts: the estimator's and the validation set's through its linear map (the
+    fold deviations, round_matrices.fold_deviations), a rerun's from the simulated reruns' shrunk totals
+    (each refitted, with the validation set's noise drawn into it) less those two."""
+    estimator = _shrunk_estimator(matrices, shrinkage, seed)
+    deviations = fold_deviations(matrices.fedsv_folds, matrices.shares)
+    unsplit = (np.isnan(matrices.fedsv_folds).any(axis=2) & matrices.mask).any(axis=0)
+    if deviations is None:
+        validation = np.full(len(matrices.ids), math.nan)
+    else:
+        validation = np.sqrt(np.square(shrinkage.apply(deviations, shifted=False)).sum(axis=0))
+        validation[unsplit] = math.nan
+    if draws is None:
+        rerun = np.full(len(matrices.ids), math.nan)
+    else:
+        linear = np.square(np.nan_to_num(validation)) + np.square(np.nan_to_num(estimator))
+        rerun = np.sqrt(np.maximum(np.square(spread(draws)) - linear, 0.0))
+    never = ~matrices.mask.any(axis=0)
+    return {
+        "estimator": np.where(never, math.inf, estimator),
+        "validation": np.where(never, math.inf, validation),
+        "rerun": np.where(never, math.inf, rerun),
+    }
 
 
 def uncertainty(
-    matrices: RoundMatrices,
-    model: Model | None,
-    completed: FloatArray | None = None,
-    replicates: int = REPLICATES,
-    seed: int = 0,
+    matrices: RoundMatrices, model: Model | None, replicates: int = REPLICATES, seed: int = 0
 ) -> Uncertainty:
-    """Every total's standard error by part; `model`: the completion's (None: nothing was missing);
-    `completed`: the completed totals, from which the shrunk value (shrinkage.py) and its errors are
-    taken (its parts: the completed value's, through the shrinkage's linear map)."""
+    """Every total's standard error by part, and the shrunk value's fit (shrinkage.py); `model`: the
+    completion's (None: nothing was missing)."""
     never = ~matrices.mask.any(axis=0)
-    validation, completed_folds = _validation(matrices, model, seed)
-    rerun, completed_draws = rerun_part(matrices, model, replicates, seed)
+    validation = _validation(matrices, model, seed)
+    rerun, shrunk_draws = rerun_part(matrices, model, replicates, seed)
     parts = {"estimator": _estimator(matrices), "validation": validation, "rerun": rerun}
-    for part in parts.values():
-        part["fedsv_completed"] = np.where(never, math.inf, part["fedsv_completed"])
-    result = Uncertainty(parts)
-    if completed is None:
-        return result
-    shrinkage = Shrinkage.of(completed, result.stderr("fedsv_completed"))
-    matrix = shrinkage.matrix()
-    estimator = parts["estimator"]["fedsv_completed"]
-    finite = np.where(np.isfinite(estimator), estimator, 0.0)  # an unknown member's row is its own
-    parts["estimator"]["fedsv_shrunk"] = np.where(
-        np.isfinite(estimator), np.sqrt(np.square(matrix) @ np.square(finite)), estimator
-    )
-    parts["validation"]["fedsv_shrunk"] = fold_stderr(shrinkage.apply(completed_folds), matrices.shares)
-    parts["rerun"]["fedsv_shrunk"] = (
-        np.full(len(matrices.ids), math.nan)
-        if completed_draws is None
-        else _shrunk_rerun(completed_draws, result, parts, seed)
-    )
-    for key in ("validation", "rerun"):
-        unknown = ~np.isfinite(parts[key]["fedsv_completed"])
-        parts[key]["fedsv_shrunk"] = np.where(
-            unknown, parts[key]["fedsv_completed"], parts[key]["fedsv_shrunk"]
-        )
+    for by_key in parts.values():
+        by_key["fedsv_completed"] = np.where(never, math.inf, by_key["fedsv_completed"])
+    shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, matrices.accepted, matrices.weights)
+    for name, value in _shrunk_parts(matrices, shrinkage, shrunk_draws, seed).items():
+        parts[name]["fedsv_shrunk"] = value
     return Uncertainty(parts, shrinkage)

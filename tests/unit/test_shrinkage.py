@@ -1,59 +1,108 @@
-"""The shrunk value: totals pulled towards their mean by how much of their spread is noise."""
+"""The shrunk value: each member's precision-weighted effect on its rounds, shrunk by its noise."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from fedsv.valuation.shrinkage import Shrinkage
+from fedsv.valuation.completion import complete
+from fedsv.valuation.shrinkage import MIN_FACTOR, Shrinkage
+
+ROUNDS, MEMBERS, PICKED = 12, 20, 6
 
 
-def test_equal_members_all_move_to_the_mean() -> None:
-    rng = np.random.default_rng(0)
-    totals, errors = rng.normal(0.05, 0.01, 20), np.full(20, 0.01)
-    shrinkage = Shrinkage.of(totals, errors)
-    # the spread is about the noise: little or nothing is left to tell them apart
-    assert np.ptp(shrinkage.apply(totals)) < 0.5 * np.ptp(totals)
-    assert math.isclose(shrinkage.apply(totals).mean(), totals.mean(), rel_tol=1e-9)  # equal errors: sum kept
+def federation(
+    effects: np.ndarray, seed: int, noise: float = 0.004
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A run's round values: level_t + effect_i + noise ten times larger in round 1 than in the last,
+    PICKED of MEMBERS selected per round; (values, mask, weights, truth: each member's expected total)."""
+    rng = np.random.default_rng(seed)
+    levels = np.linspace(0.04, 0.004, ROUNDS)
+    scale = noise * np.linspace(3.0, 0.3, ROUNDS)
+    mask = np.zeros((ROUNDS, MEMBERS), dtype=bool)
+    for t in range(ROUNDS):
+        mask[t, rng.choice(MEMBERS, PICKED, replace=False)] = True
+    values = levels[:, None] + effects[None, :] + rng.normal(0.0, 1.0, mask.shape) * scale[:, None]
+    weights = np.full(ROUNDS, PICKED / MEMBERS)
+    truth = weights @ levels + weights.sum() * effects
+    return np.where(mask, values, 0.0), mask, weights, truth
 
 
-def test_a_member_far_beyond_its_noise_keeps_its_distance_and_the_order_holds() -> None:
-    totals = np.array([0.10, 0.11, 0.09, 0.10, -0.30])
-    shrunk = Shrinkage.of(totals, np.full(5, 0.01)).apply(totals)
-    assert shrunk[4] < -0.25 and np.array_equal(np.argsort(shrunk), np.argsort(totals))
+def test_the_shrunk_value_is_closer_to_the_truth_than_the_completed_one() -> None:
+    """Members that differ a little, noise that differs a lot between rounds: weighing rounds by their
+    precision and shrinking by the noise lands nearer each member's expected total."""
+    effects = np.random.default_rng(9).normal(0.0, 0.0015, MEMBERS)
+    shrunk_error: list[float] = []
+    completed_error: list[float] = []
+    for seed in range(30):
+        values, mask, weights, truth = federation(effects, seed)
+        shrunk = Shrinkage.fit(values, mask, mask, weights).apply(values)
+        completed = complete(values, mask, np.zeros_like(values), [PICKED] * ROUNDS, MEMBERS, seed).totals
+        seen = mask.any(axis=0)  # a member never selected is not valued by either
+        for estimate, errors in ((shrunk, shrunk_error), (completed, completed_error)):
+            # what a payout reads: each member's distance from the others
+            off = (estimate - estimate[seen].mean()) - (truth - truth[seen].mean())
+            errors.append(np.mean(np.square(off[seen])))
+    assert np.mean(shrunk_error) < 0.75 * np.mean(completed_error)
 
 
-def test_the_shrinkage_is_closer_to_the_truth_on_average() -> None:
-    """James and Stein: with noise of known size, the shrunk totals' squared error is smaller."""
-    rng = np.random.default_rng(1)
-    raw, shrunk = [], []
-    for _ in range(200):
-        truth = rng.normal(0.0, 0.02, 30)
-        totals = truth + rng.normal(0.0, 0.02, 30)
-        raw.append(np.mean(np.square(totals - truth)))
-        shrunk.append(np.mean(np.square(Shrinkage.of(totals, np.full(30, 0.02)).apply(totals) - truth)))
-    assert np.mean(shrunk) < 0.7 * np.mean(raw)
+def test_equal_members_are_paid_nearly_alike_in_the_order_of_their_evidence() -> None:
+    values, mask, weights, _ = federation(np.zeros(MEMBERS), 4)
+    fit = Shrinkage.fit(values, mask, mask, weights)
+    seen = mask.any(axis=0)
+    shrunk = fit.apply(values)[seen]
+    raw = values.sum(axis=0)[seen] / mask.sum(axis=0)[seen]
+    assert np.ptp(shrunk) < 0.3 * np.ptp(weights.sum() * raw)
+    assert fit.between == 0.0  # nothing to tell them apart: the order is the evidence's, sum_t p_t r_ti
+    assert np.all(fit.factors[seen] < 10 * MIN_FACTOR)
+    # the limit of tau^2 / (tau^2 + s_i^2) (d_i - mean) as tau^2 -> 0: (d_i - mean) / s_i^2
+    levels = values.sum(axis=1) / mask.sum(axis=1)
+    weight = mask * fit.precision[:, None]
+    effects = (np.where(mask, values - levels[:, None], 0.0) * weight).sum(axis=0)[seen] / weight.sum(0)[seen]
+    evidence = (effects - effects.mean()) * weight.sum(axis=0)[seen]
+    assert np.array_equal(np.argsort(shrunk), np.argsort(evidence))
 
 
-def test_unknown_errors_are_left_alone_and_the_map_is_linear() -> None:
-    totals = np.array([0.1, 0.2, 0.3, 0.0, 0.5])
-    errors = np.array([0.05, 0.05, 0.05, math.inf, 0.05])
-    shrinkage = Shrinkage.of(totals, errors)
-    shrunk = shrinkage.apply(totals)
-    assert shrunk[3] == 0.0 and np.allclose(
-        shrinkage.matrix() @ np.where(errors < 1, totals, 0), np.where(errors < 1, shrunk, 0)
-    )
-    few = Shrinkage.of(totals[:2], errors[:2])
-    assert np.array_equal(few.apply(totals[:2]), totals[:2])  # too few members: nothing to shrink by
+def test_a_member_far_beyond_the_noise_keeps_its_distance() -> None:
+    effects = np.zeros(MEMBERS)
+    effects[3] = -0.02  # damages every round it is in, by far more than the noise
+    values, mask, weights, truth = federation(effects, 2, noise=0.001)
+    shrunk = np.where(mask.any(axis=0), Shrinkage.fit(values, mask, mask, weights).apply(values), np.inf)
+    assert int(np.argmin(shrunk)) == 3
+    # a round's level holds its members' effects: 1 / PICKED of the damage lands on the others
+    assert abs(shrunk[3] - truth[3]) < (1 / PICKED + 0.15) * abs(truth[3] - np.median(truth))
 
 
-def test_a_value_known_exactly_is_not_pulled_and_the_less_noisy_keep_more() -> None:
-    """A member turned away in every round (0 ± 0) earns nothing from the others' mean; a member whose
-    value is surer than the average keeps more of its distance than the common factor."""
-    totals = np.array([0.0, 0.05, 0.04, 0.06, 0.05, 0.045])
-    errors = np.array([0.0, 0.02, 0.02, 0.02, 0.002, 0.02])
-    shrinkage = Shrinkage.of(totals, errors)
-    shrunk = shrinkage.apply(totals)
-    assert shrunk[0] == 0.0 and shrinkage.factors[0] == 1.0
-    assert shrinkage.factors[4] > shrinkage.factors[1] == shrinkage.factors[2]
+def test_turned_away_members_get_nothing_and_unselected_ones_are_not_valued() -> None:
+    values, mask, weights, _ = federation(np.zeros(MEMBERS), 5)
+    accepted = mask.copy()
+    accepted[:, 0] = False  # selected, never aggregated
+    half = np.flatnonzero(mask[:, 1])
+    accepted[half[: len(half) // 2], 1] = False  # aggregated half the time
+    never = ~mask.any(axis=0)
+    fit = Shrinkage.fit(values, mask, accepted, weights)
+    shrunk = fit.apply(values)
+    assert shrunk[0] == 0.0 and not fit.known[0]
+    assert np.all(shrunk[never] == 0.0)
+    others = np.delete(shrunk, [0, 1, *np.flatnonzero(never)])
+    assert 0.3 < shrunk[1] / np.median(others) < 0.7  # paid for the updates that counted
+
+
+def test_the_value_is_linear_in_the_round_values_once_fitted() -> None:
+    values, mask, weights, _ = federation(np.zeros(MEMBERS), 6)
+    fit = Shrinkage.fit(values, mask, mask, weights)
+    other = np.random.default_rng(1).normal(0.0, 0.01, values.shape)
+    both = fit.apply(np.stack([values, other, values + 2 * other]), shifted=False)
+    assert np.allclose(both[2], both[0] + 2 * both[1])
+    shifted = fit.apply(np.stack([values, values + other]))  # the limited members' shifts: fixed
+    assert np.allclose(shifted[1] - shifted[0], both[1])
+
+
+def test_simulated_reruns_start_from_effects_that_spread_as_fitted() -> None:
+    effects = np.random.default_rng(3).normal(0.0, 0.002, MEMBERS)
+    values, mask, weights, _ = federation(effects, 7)
+    fit = Shrinkage.fit(values, mask, mask, weights)
+    center = np.broadcast_to(values.mean(axis=0), values.shape) + np.linspace(0.04, 0.0, ROUNDS)[:, None]
+    pulled = fit.as_fitted(center)
+    own = center[0] - center[0].mean()  # each member's effect in the model, constant over the rounds
+    kept = np.where(fit.limited, 1.0, np.sqrt(fit.factors))  # a limited member is far beyond its noise
+    assert np.allclose(pulled - center, -((1.0 - kept) * own)[None, :])

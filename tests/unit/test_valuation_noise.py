@@ -36,46 +36,77 @@ def test_folds_nest_so_rounds_split_differently_still_add_up() -> None:
     assert math.isnan(float(fold_stderr(np.ones((1, 1)), np.ones(1))[0]))
 
 
-def test_a_rerun_error_matches_the_spread_of_simulated_federations() -> None:
-    """Members of quality q_i in rounds of gain g_t with Gaussian training noise, half selected per round:
-    the error stated from one run is close to the spread of the totals over many such runs."""
-    rng = np.random.default_rng(3)
-    rounds, members, picked, noise = 12, 10, 5, 0.01
-    quality, gain = rng.uniform(0.5, 1.5, members), np.linspace(1.0, 0.2, rounds) * 0.02
+ROUNDS, MEMBERS, PICKED, NOISE = 12, 10, 5, 0.01
 
-    def one_run(seed: int) -> FederatedValuation:
-        r = np.random.default_rng(seed)
-        fv = FederatedValuation([f"p{i}" for i in range(members)])
-        for t in range(rounds):
-            chosen = np.sort(r.choice(members, picked, replace=False))
-            values = quality[chosen] * gain[t] + r.normal(0, noise, picked)
-            folds = FoldValues(
-                np.repeat(values[:, None] / 2, 2, axis=1), np.zeros((picked, 2)), np.full(2, 0.5)
-            )  # no validation noise in this game
-            ids = [f"p{i}" for i in chosen]
-            after = float(values.sum())
-            zeros = np.zeros(picked)
-            rv = RoundValues(t + 1, ids, values, zeros, 0.0, after, "exact", 1, 0.0, zeros, folds=folds)
-            fv.add_round(rv)
-        return fv
 
-    runs = [one_run(seed) for seed in range(60)]
-    for key in ("fedsv", "fedsv_completed"):
-        totals = np.array([[fv.totals()[key][f"p{i}"] for i in range(members)] for fv in runs[:60]])
-        actual = totals.std(axis=0, ddof=1)
-        stated = np.array([[fv.errors()[key][f"p{i}"] for i in range(members)] for fv in runs[:8]]).mean(
-            axis=0
+def simulated_run(seed: int, initial: float = 0.0) -> FederatedValuation:
+    """Members of quality q_i in rounds of gain g_t with Gaussian training noise, PICKED selected per
+    round; the first round's gain moves by a draw of `initial` (another initial model), which the run
+    knows from the scores of other initial models."""
+    quality = np.random.default_rng(3).uniform(0.5, 1.5, MEMBERS)
+    gain = np.linspace(1.0, 0.2, ROUNDS) * 0.02
+    r = np.random.default_rng(seed)
+    scores = list(np.random.default_rng(seed + 10_000).normal(0.5, initial, 16)) if initial else [0.5, 0.5]
+    fv = FederatedValuation([f"p{i}" for i in range(MEMBERS)], scores)
+    shock = r.normal(0.0, initial) if initial else 0.0
+    for t in range(ROUNDS):
+        chosen = np.sort(r.choice(MEMBERS, PICKED, replace=False))
+        values = quality[chosen] * gain[t] + r.normal(0, NOISE, PICKED) - (shock / PICKED if t == 0 else 0.0)
+        folds = FoldValues(
+            np.repeat(values[:, None] / 2, 2, axis=1), np.zeros((PICKED, 2)), np.full(2, 0.5)
+        )  # no validation noise in this game
+        ids = [f"p{i}" for i in chosen]
+        zeros = np.zeros(PICKED)
+        rv = RoundValues(
+            t + 1, ids, values, zeros, 0.0, float(values.sum()), "exact", 1, 0.0, zeros, folds=folds
         )
-        ratio = float(np.median(actual / stated))
-        assert 0.7 < ratio < 1.4, (key, ratio)
+        fv.add_round(rv)
+    return fv
+
+
+def _ratios(runs: list[FederatedValuation], keys: tuple[str, ...]) -> dict[str, float]:
+    """Per value, the median over members of the spread of totals over runs / the mean stated error."""
+    out = {}
+    for key in keys:
+        totals = np.array([[fv.totals()[key][f"p{i}"] for i in range(MEMBERS)] for fv in runs])
+        stated = np.array([[fv.errors()[key][f"p{i}"] for i in range(MEMBERS)] for fv in runs[:8]])
+        out[key] = float(np.median(totals.std(axis=0, ddof=1) / stated.mean(axis=0)))
+    return out
+
+
+def test_a_rerun_error_matches_the_spread_of_simulated_federations() -> None:
+    """The error stated from one run is close to the spread of the totals over many such runs."""
+    ratios = _ratios(
+        [simulated_run(seed) for seed in range(60)], ("fedsv", "fedsv_completed", "fedsv_shrunk")
+    )
+    assert all(0.7 < ratio < 1.4 for ratio in ratios.values()), ratios
+
+
+def test_another_initial_model_moves_the_pot_and_the_stated_error_follows() -> None:
+    """A first round whose gain moves by far more than the training noise: the error stated from the
+    initial models' scores covers it; without those scores a rerun's part is unknown."""
+    runs = [simulated_run(seed, initial=0.1) for seed in range(60)]
+    ratios = _ratios(runs, ("fedsv_completed", "fedsv_shrunk"))
+    assert all(0.7 < ratio < 1.4 for ratio in ratios.values()), ratios
+    unknown = FederatedValuation(runs[0].world)
+    for rv in runs[0].per_round():
+        unknown.add_round(rv)
+    assert all(math.isnan(e) for e in unknown.errors()["fedsv_shrunk"].values())
 
 
 def test_training_noise_is_what_the_model_leaves_beyond_known_errors() -> None:
     rng = np.random.default_rng(1)
     values = np.outer(np.ones(40), rng.normal(0, 1, 20)) + rng.normal(0, 0.3, (40, 20))
     mask = np.ones_like(values, dtype=bool)
-    fitted = training_noise(values, mask, np.zeros_like(values), Model("member means"), 0)
-    assert fitted is not None and abs(float(np.median(fitted[1])) - 0.3) < 0.05
+    fitted = training_noise(values, mask, np.zeros_like(values), None, Model("member means"), 0)
+    assert fitted is not None and abs(float(np.median(fitted.sd)) - 0.3) < 0.05
     known = np.full_like(values, 0.3**2)  # everything explained by known errors: no training noise left
-    _, left = training_noise(values, mask, known, Model("member means"), 0) or (None, np.ones(1))
-    assert float(np.median(left)) < 0.1
+    left = training_noise(values, mask, known, None, Model("member means"), 0)
+    assert left is not None and float(np.median(left.sd)) < 0.1
+    # the validation set's noise, known from its folds, is taken out as the model leaves it: a
+    # member's validation luck that persists over the rounds is absorbed by its mean, not left over
+    persistent = np.broadcast_to(rng.normal(0, 0.3, 20), values.shape)[None] * np.ones((1, 1, 1))
+    by_folds = training_noise(
+        values + persistent[0], mask, np.zeros_like(values), persistent, Model("member means"), 0
+    )
+    assert by_folds is not None and abs(float(np.median(by_folds.sd)) - 0.3) < 0.05
