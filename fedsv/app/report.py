@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -129,17 +130,18 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     total_bytes = sum(rec.bytes_up + rec.bytes_down for rec in records)
     minimum = sum(rec.physical_minimum_bytes for rec in records)
     n = max(1, len(records))
-    totals, stderr, parts, pending = _values(valuation, records)
+    values = _values(valuation, records)
     return {
         "run_id": run[0],
         "config": run[1],
         "rounds": [_round_entry(rec, rows_of[rec.round], updates_of[rec.round]) for rec in records],
         "recommended": RECOMMENDED,
-        "totals": totals,
-        "stderr": stderr,
-        "stderr_parts": parts,
-        "pending_rounds": pending,
-        "verdict": _verdict(totals[VERDICT_VALUE], stderr[VERDICT_VALUE]),
+        "totals": values.totals,
+        "stderr": values.stderr,
+        "stderr_between": values.between,
+        "stderr_parts": values.parts,
+        "pending_rounds": values.pending,
+        "verdict": _verdict(values.totals[VERDICT_VALUE], values.between[VERDICT_VALUE]),
         "completion": None
         if completion is None
         else {
@@ -172,32 +174,51 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
 Table = dict[str, dict[str, Any]]
 
 
-def _values(valuation: Any, records: list[RoundRecord]) -> tuple[Table, Table, dict[str, Table], list[int]]:
-    """Every participant's totals, their standard errors against a rerun and its parts, and the rounds
-    still awaiting their values. Nothing unknown is shown as known: with no round valued every total is
-    None; a participant selected in a round awaiting its values has partial totals whose errors are None,
-    and so has every completed total (it depends on every round)."""
+@dataclass(frozen=True)
+class Values:
+    """A run's totals with their errors against a rerun (`stderr`), against another member's (`between`:
+    without the parts that move every member alike) and by part, and the rounds awaiting values."""
+
+    totals: Table
+    stderr: Table
+    between: Table
+    parts: dict[str, Table]
+    pending: list[int]
+
+
+def _values(valuation: Any, records: list[RoundRecord]) -> Values:
+    """Every participant's totals, their standard errors and their parts, and the rounds still awaiting
+    their values. Nothing unknown is shown as known: with no round valued every total is None; a
+    participant selected in a round awaiting its values has partial totals whose errors are None, and
+    so has every completed total (it depends on every round)."""
     pending = [rec.round for rec in records if rec.pending]
     ids = valuation.participants()
     if not valuation.per_round():
         empty: Table = {key: dict.fromkeys(ids) for key in TOTAL_KEYS}
-        return empty, {k: dict(v) for k, v in empty.items()}, {p: dict(empty) for p in COMPONENTS}, pending
-    totals: Table = valuation.totals()
-    errors, parts = valuation.errors(), valuation.error_parts()
+
+        def copy() -> Table:
+            return {k: dict(v) for k, v in empty.items()}
+
+        return Values(empty, copy(), copy(), {p: copy() for p in COMPONENTS}, pending)
     partial = {pid for rec in records if rec.pending for pid in rec.selected}
     whole_run = ("fedsv_completed", "fedsv_shrunk")  # they depend on every round
 
-    def unknown(key: str, pid: str) -> bool:
-        return (key in whole_run and bool(pending)) or pid in partial
+    def known(table: Table) -> Table:
+        return {
+            key: {
+                pid: None if (key in whole_run and pending) or pid in partial else _num(e)
+                for pid, e in errors.items()
+            }
+            for key, errors in table.items()
+        }
 
-    stderr: Table = {
-        key: {pid: None if unknown(key, pid) else _num(e) for pid, e in errors[key].items()} for key in errors
-    }
     by_part = {
         part: {key: {pid: _num(e) for pid, e in values.items()} for key, values in table.items()}
-        for part, table in parts.items()
+        for part, table in valuation.error_parts().items()
     }
-    return totals, stderr, by_part, pending
+    return Values(
+        valuation.totals(), known(valuation.errors()), known(valuation.between_errors()), by_part, pending
+    )
 
 
 def _verdict(values: dict[str, Any], errors: dict[str, Any]) -> dict[str, Any]:
@@ -221,6 +242,7 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     `separated_from_next`: whether its recommended value differs from the next rank's at 95% (None for
     the last, or where an error is unknown)."""
     totals, errors = report["totals"], report.get("stderr", {})
+    between = report.get("stderr_between", errors)  # a report written before it: the whole error
     recommended = report.get("recommended", "fedsv")
     selected: dict[str, int] = {}
     refused: dict[str, int] = {}
@@ -248,6 +270,7 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         }
         | {key: total(key, pid) for key in TOTAL_KEYS}
         | {f"{key}_stderr": errors.get(key, {}).get(pid) for key in TOTAL_KEYS}
+        | {f"{key}_stderr_between": between.get(key, {}).get(pid) for key in TOTAL_KEYS}
         | {"group": group_of.get(pid)}
         for pid in ids
     ]
@@ -260,8 +283,9 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def separated(a: dict[str, Any], b: dict[str, Any], key: str = RECOMMENDED) -> bool | None:
-    """Whether two rows' `key` totals differ at 95%; None when either is unknown."""
-    error = f"{key}_stderr"
+    """Whether two rows' `key` totals differ at 95%, by their errors against each other (the parts that
+    move every member alike left out); None when either is unknown."""
+    error = f"{key}_stderr_between"
     if a[key] is None or b[key] is None or a.get(error) is None or b.get(error) is None:
         return None
     return differ(a[key], a[error], b[key], b[error])
@@ -280,7 +304,7 @@ def write_outputs(run_dir: str | Path) -> dict[str, Path]:
     ranked = ranked_rows(report)
     labels = [f"fedsv_label_{label}" for label in range(report["classes"]["labels"])]
     with out["values.csv"].open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[*CSV_COLUMNS, *labels])
+        writer = csv.DictWriter(handle, fieldnames=[*CSV_COLUMNS, *labels], extrasaction="ignore")
         writer.writeheader()
         for row in ranked:
             by_label = report["classes"]["totals"].get(row["participant"], [])

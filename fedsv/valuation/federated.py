@@ -224,8 +224,13 @@ class FederatedValuation:
 
     def errors(self) -> dict[str, dict[str, float]]:
         """Per participant, the standard error of each total in totals() against a rerun of the same
-        federation (the three parts of error_parts() in quadrature; NaN: unknown, inf: never selected)."""
+        federation (the parts of error_parts() in quadrature; NaN: unknown, inf: never selected)."""
         return self._by_id(lambda u, key: u.stderr(key))
+
+    def between_errors(self) -> dict[str, dict[str, float]]:
+        """Per participant, the error of each total against another participant's (errors() without
+        the parts that move every member alike, valuation_noise.COMMON): what differences are weighed by."""
+        return self._by_id(lambda u, key: u.between(key))
 
     def error_parts(self) -> dict[str, dict[str, dict[str, float]]]:
         """Per part (valuation_noise.COMPONENTS), per total and participant, its standard error."""

@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from fedsv.valuation.completion import Model, acceptance, choose, completed_totals, fit
 from fedsv.valuation.noise_persistence import TrainingNoise, estimate, residuals
-from fedsv.valuation.round_matrices import BoolArray, FloatArray, RoundMatrices, fold_deviations, norms
+from fedsv.valuation.round_matrices import (
+    BoolArray,
+    FloatArray,
+    RoundMatrices,
+    centered,
+    fold_deviations,
+    norms,
+)
 from fedsv.valuation.shrinkage import Shrinkage
 
 REPLICATES = 200
@@ -122,43 +130,66 @@ def spread(draws: FloatArray) -> FloatArray:
     return np.asarray(np.std(draws, axis=0, ddof=1), dtype=np.float64)
 
 
-def rerun_part(
-    matrices: RoundMatrices, model: Model | None, replicates: int, seed: int
-) -> tuple[dict[str, FloatArray], FloatArray | None]:
-    """Each total's training-and-selection part, from simulated reruns (NaN where it cannot be told),
-    but the shrunk value's: its simulated totals (replicates, N; None where there are none), from which
-    valuation_noise takes its part."""
-    unknown = np.full(len(matrices.ids), math.nan)
+@dataclass(frozen=True)
+class RerunPart:
+    """A rerun's parts of each total's error (NaN: cannot be told): training and selection (`rerun`),
+    and another initial model (`initial`: it moves every member's total alike, so it does not weigh
+    on how far apart two members are); and the shrunk value's simulated totals with and without the
+    initial model's draw (replicates, N; None where there are none), from which valuation_noise takes
+    its parts."""
+
+    rerun: dict[str, FloatArray]
+    initial: dict[str, FloatArray]
+    relative: dict[str, FloatArray]  # training and selection, each member against the members' mean
+    shrunk: FloatArray | None = None
+    shrunk_fixed_start: FloatArray | None = None
+
+
+def rerun_part(matrices: RoundMatrices, model: Model | None, replicates: int, seed: int) -> RerunPart:
+    """Each total's training-and-selection part and initial model's part, from simulated reruns: the
+    same reruns (the same draws) with and without the initial models' spread, their difference the
+    initial model's effect. LOO's initial part is 0: a member's LOO does not split the pot."""
+    ids = len(matrices.ids)
+    unknown = np.full(ids, math.nan)
     accepted, rate = matrices.accepted, acceptance(matrices.mask, matrices.accepted)
     noise_model = model or choose(matrices.fedsv, accepted, seed)[0]
-    out = dict.fromkeys(("fedsv", "fedsv_normalized", "fedsv_completed", "loo", "loo_normalized"), unknown)
+    keys = ("fedsv", "fedsv_normalized", "fedsv_completed")
+    out = dict.fromkeys((*keys, "loo", "loo_normalized"), unknown)
+    initial_out = dict.fromkeys(keys, unknown) | dict.fromkeys(("loo", "loo_normalized"), np.zeros(ids))
     validation = fold_deviations(matrices.fedsv_folds, matrices.shares)
     fedsv = training_noise(
         matrices.fedsv, accepted, matrices.estimator_variance, validation, noise_model, seed
     )
-    shrunk = None
+    members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
+    relative = dict(out)
+    result = RerunPart(out, initial_out, relative)
     if fedsv is not None:
         initial = matrices.initial_spread
-        fitted = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights).as_fitted(
-            fedsv.center
-        )
-        draws = simulate(
-            fedsv, matrices.selected, rate, model, True, validation, replicates, seed,
-            np.nan_to_num(initial), fitted,
-        )  # fmt: skip
-        out |= {"fedsv": spread(draws["sum"]), "fedsv_normalized": spread(draws["normalized"])}
-        out["fedsv_completed"] = spread(draws["completed"])
-        shrunk = draws["shrunk"]
-        if math.isnan(initial):  # the pot's part is not known: neither is a rerun's
-            out |= dict.fromkeys(("fedsv", "fedsv_normalized", "fedsv_completed"), unknown)
-            shrunk = np.full_like(shrunk, math.nan)
+        shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights)
+        fitted = shrinkage.as_fitted(fedsv.center)
+        runs = [
+            simulate(
+                fedsv, matrices.selected, rate, model, True, validation, replicates, seed, spread_, fitted
+            )
+            for spread_ in (0.0, np.nan_to_num(initial))
+        ]
+        fixed, moved = runs
+        names = {"fedsv": "sum", "fedsv_normalized": "normalized", "fedsv_completed": "completed"}
+        out |= {key: spread(fixed[name]) for key, name in names.items()}
+        relative |= {key: spread(centered(fixed[name], members)) for key, name in names.items()}
+        if not math.isnan(initial):
+            initial_out |= {key: spread(moved[name] - fixed[name]) for key, name in names.items()}
+        shrunk = None if math.isnan(initial) else moved["shrunk"]
+        result = RerunPart(out, initial_out, relative, shrunk, fixed["shrunk"])
     zeros = np.zeros_like(matrices.loo)
     loo_folds = fold_deviations(matrices.loo_folds, matrices.shares)
     loo = training_noise(matrices.loo, accepted, zeros, loo_folds, noise_model, seed)
+    loo_names = {"loo": "sum", "loo_normalized": "normalized"}
     if loo is not None:
         draws = simulate(loo, matrices.selected, rate, model, False, None, replicates, seed)
         out |= {"loo": spread(draws["sum"]), "loo_normalized": spread(draws["normalized"])}
-    return out, shrunk
+        relative |= {key: spread(centered(draws[name], members)) for key, name in loo_names.items()}
+    return result
 
 
 LABEL_MODEL = Model("rounds and members", 0, 2.0)

@@ -41,6 +41,14 @@ def fold_deviations(fold_values: FloatArray, shares: FloatArray) -> FloatArray |
     return np.asarray(np.moveaxis(deviation, -1, 0), dtype=np.float64)
 
 
+def centered(totals: FloatArray, members: BoolArray, axis: int = -1) -> FloatArray:
+    """Totals less the mean over `members` along `axis` (the members' axis): what moves every member
+    alike (a round's level, another initial model) cancels, what sets one apart stays."""
+    chosen = np.compress(members, totals, axis=axis)
+    mean = chosen.mean(axis=axis, keepdims=True) if chosen.shape[axis] else 0.0
+    return np.asarray(totals - mean, dtype=np.float64)
+
+
 def merge_folds(fold_values: FloatArray, shares: FloatArray, folds: int) -> tuple[FloatArray, FloatArray]:
     """Fold values (last axis) of a finer split merged into `folds` (fold f' holds the f with f % folds =
     f': class_scores.FOLDS nest), and the merged shares."""

@@ -1,7 +1,8 @@
 """How sure a value is: the standard error of every total against a rerun of the same federation.
 
-A total moves between reruns for three reasons, each estimated from what the run already has (no extra
-evaluation, no extra message), and combined in quadrature (COMPONENTS):
+A total moves between reruns for four reasons, each estimated from what the run already has (no extra
+message; the initial models' scores are forward passes when the run starts), combined in quadrature
+(COMPONENTS):
 
 - **the estimator**: a sampled round value's own standard error (0 where exact);
 - **the validation set**: a utility that is a mean over validation samples makes each value the mean of
@@ -9,8 +10,12 @@ evaluation, no extra message), and combined in quadrature (COMPONENTS):
   spread as a fresh draw of the validation set would move them. A total is summed fold by fold over the
   rounds before the spread is taken (round_matrices.fold_stderr), so a member's luck with the
   validation set, which persists from round to round, is counted once and in full;
-- **training and selection** (a rerun with another seed): simulated reruns from the run's own noise
-  (rerun_noise.py).
+- **training and selection** (a rerun with another seed): simulated reruns from the run's own noise,
+  persistent over rounds (rerun_noise.py, noise_persistence.py);
+- **the initial model** (another seed starts from another w_0): the same simulated reruns with the
+  first round's gain moved by the spread of other initial models' scores (initial_spread.py). It moves
+  every member alike, so Uncertainty.between leaves it out of the error of a difference between two
+  members.
 
 The shrunk value (shrinkage.py) is linear in the round values once its fit is fixed, so its estimator's
 and validation parts follow through that map; its rerun part refits it in every simulated rerun. The
@@ -26,12 +31,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsv.valuation.completion import Model, completed_totals
-from fedsv.valuation.rerun_noise import REPLICATES, rerun_part, spread
-from fedsv.valuation.round_matrices import FloatArray, RoundMatrices, fold_deviations, fold_stderr, norms
+from fedsv.valuation.rerun_noise import REPLICATES, RerunPart, rerun_part, spread
+from fedsv.valuation.round_matrices import (
+    FloatArray,
+    RoundMatrices,
+    centered,
+    fold_deviations,
+    fold_stderr,
+    norms,
+)
 from fedsv.valuation.shrinkage import Shrinkage
 
-COMPONENTS = ("estimator", "validation", "rerun")
-"""The parts of a total's standard error, combined in quadrature."""
+COMPONENTS = ("estimator", "validation", "rerun", "initial")
+"""The parts of a total's standard error, combined in quadrature: the estimator's, the validation
+set's, a rerun's training and selection, and another initial model's."""
+
+BETWEEN = ("estimator", "validation", "rerun")
+"""The parts of the error of a member's total against the members' mean (Uncertainty.between): the
+initial model moves every member alike, and so do a round's level and the validation set's luck
+shared by all, which cancel there."""
 
 
 @dataclass(frozen=True)
@@ -40,15 +58,26 @@ class Uncertainty:
 
     parts: dict[str, dict[str, FloatArray]]
     shrinkage: Shrinkage  # the shrunk value's fit (shrinkage.py)
+    relative: dict[str, dict[str, FloatArray]]  # BETWEEN's parts of each total less the members' mean
 
     def stderr(self, key: str) -> FloatArray:
         """The parts of `key` combined in quadrature (unknown where any part is)."""
         total = sum(np.square(self.parts[part][key]) for part in COMPONENTS)
         return np.asarray(np.sqrt(total), dtype=np.float64)
 
+    def between(self, key: str) -> FloatArray:
+        """The error of a member's `key` less the members' mean: what tells it apart from the others
+        (the verdict, its groups and the report's ties weigh differences by it; a difference between
+        two members has about the root of the sum of their squares)."""
+        total = sum(np.square(self.relative[part][key]) for part in BETWEEN)
+        return np.asarray(np.sqrt(total), dtype=np.float64)
 
-def _validation(matrices: RoundMatrices, model: Model | None, seed: int) -> dict[str, FloatArray]:
-    """Each total's validation part, from its fold totals (NaN where a round it sums was not split)."""
+
+def _validation(
+    matrices: RoundMatrices, model: Model | None, seed: int
+) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
+    """Each total's validation part, from its fold totals (NaN where a round it sums was not split), and
+    the same of each total less the members' mean."""
     mask, weights, shares = matrices.mask, matrices.weights, matrices.shares
     unsplit = np.isnan(matrices.fedsv_folds).any(axis=2) & mask
     unknown = unsplit.any(axis=0)
@@ -66,10 +95,13 @@ def _validation(matrices: RoundMatrices, model: Model | None, seed: int) -> dict
         alone = fedsv_f[:, :, f] / max(float(share), 1e-12)
         completed[:, f] = share * completed_totals(alone, mask, matrices.accepted, weights, model, seed)
     totals["fedsv_completed"] = completed
+    members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
     out = {key: fold_stderr(fold_totals, shares) for key, fold_totals in totals.items()}
-    for key in out:
-        out[key][unknown] = math.nan
-    return out
+    relative = {key: fold_stderr(centered(t, members, axis=0), shares) for key, t in totals.items()}
+    for table in (out, relative):
+        for key in table:
+            table[key][unknown] = math.nan
+    return out, relative
 
 
 def _estimator(matrices: RoundMatrices) -> dict[str, FloatArray]:
@@ -100,30 +132,40 @@ def _shrunk_estimator(matrices: RoundMatrices, shrinkage: Shrinkage, seed: int) 
 
 
 def _shrunk_parts(
-    matrices: RoundMatrices, shrinkage: Shrinkage, draws: FloatArray | None, seed: int
-) -> dict[str, FloatArray]:
-    """The shrunk value's parts: the estimator's and the validation set's through its linear map (the
-    fold deviations, round_matrices.fold_deviations), a rerun's from the simulated reruns' shrunk totals
-    (each refitted, with the validation set's noise drawn into it) less those two."""
+    matrices: RoundMatrices, shrinkage: Shrinkage, reruns: RerunPart, seed: int
+) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
+    """The shrunk value's parts, and those of its totals less the members' mean: the estimator's and
+    the validation set's through its linear map (the fold deviations, round_matrices.fold_deviations);
+    a rerun's from the simulated reruns' shrunk totals (each refitted, with the validation set's noise
+    drawn into it) less those two; the initial model's from the same reruns with its draw, less
+    without."""
     estimator = _shrunk_estimator(matrices, shrinkage, seed)
     deviations = fold_deviations(matrices.fedsv_folds, matrices.shares)
     unsplit = (np.isnan(matrices.fedsv_folds).any(axis=2) & matrices.mask).any(axis=0)
-    if deviations is None:
-        validation = np.full(len(matrices.ids), math.nan)
-    else:
-        validation = np.sqrt(np.square(shrinkage.apply(deviations, shifted=False)).sum(axis=0))
-        validation[unsplit] = math.nan
-    if draws is None:
-        rerun = np.full(len(matrices.ids), math.nan)
-    else:
+    members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
+    unknown = np.full(len(matrices.ids), math.nan)
+    validation, validation_relative = unknown.copy(), unknown.copy()
+    if deviations is not None:
+        moved = shrinkage.apply(deviations, shifted=False)  # (F, N)
+        validation = np.sqrt(np.square(moved).sum(axis=0))
+        validation_relative = np.sqrt(np.square(centered(moved, members)).sum(axis=0))
+        validation[unsplit] = validation_relative[unsplit] = math.nan
+    rerun, rerun_relative, initial = unknown, unknown, unknown
+    fixed = reruns.shrunk_fixed_start
+    if fixed is not None:
         linear = np.square(np.nan_to_num(validation)) + np.square(np.nan_to_num(estimator))
-        rerun = np.sqrt(np.maximum(np.square(spread(draws)) - linear, 0.0))
+        rerun = np.sqrt(np.maximum(np.square(spread(fixed)) - linear, 0.0))
+        linear = np.square(np.nan_to_num(validation_relative)) + np.square(np.nan_to_num(estimator))
+        rerun_relative = np.sqrt(np.maximum(np.square(spread(centered(fixed, members))) - linear, 0.0))
+        if reruns.shrunk is not None:
+            initial = spread(reruns.shrunk - fixed)
     never = ~matrices.mask.any(axis=0)
-    return {
-        "estimator": np.where(never, math.inf, estimator),
-        "validation": np.where(never, math.inf, validation),
-        "rerun": np.where(never, math.inf, rerun),
-    }
+    parts = {"estimator": estimator, "validation": validation, "rerun": rerun, "initial": initial}
+    relative = {"estimator": estimator, "validation": validation_relative, "rerun": rerun_relative}
+    return (
+        {name: np.where(never, math.inf, part) for name, part in parts.items()},
+        {name: np.where(never, math.inf, part) for name, part in relative.items()},
+    )
 
 
 def uncertainty(
@@ -132,12 +174,22 @@ def uncertainty(
     """Every total's standard error by part, and the shrunk value's fit (shrinkage.py); `model`: the
     completion's (None: nothing was missing)."""
     never = ~matrices.mask.any(axis=0)
-    validation = _validation(matrices, model, seed)
-    rerun, shrunk_draws = rerun_part(matrices, model, replicates, seed)
-    parts = {"estimator": _estimator(matrices), "validation": validation, "rerun": rerun}
-    for by_key in parts.values():
+    validation, validation_relative = _validation(matrices, model, seed)
+    reruns = rerun_part(matrices, model, replicates, seed)
+    estimator = _estimator(matrices)
+    relative = {"estimator": dict(estimator), "validation": validation_relative, "rerun": reruns.relative}
+    parts = {
+        "estimator": estimator,
+        "validation": validation,
+        "rerun": reruns.rerun,
+        "initial": reruns.initial,
+    }
+    for by_key in (*parts.values(), *relative.values()):
         by_key["fedsv_completed"] = np.where(never, math.inf, by_key["fedsv_completed"])
     shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, matrices.accepted, matrices.weights)
-    for name, value in _shrunk_parts(matrices, shrinkage, shrunk_draws, seed).items():
+    shrunk, shrunk_relative = _shrunk_parts(matrices, shrinkage, reruns, seed)
+    for name, value in shrunk.items():
         parts[name]["fedsv_shrunk"] = value
-    return Uncertainty(parts, shrinkage)
+    for name, value in shrunk_relative.items():
+        relative[name]["fedsv_shrunk"] = value
+    return Uncertainty(parts, shrinkage, relative)

@@ -179,15 +179,21 @@ def test_an_inconsistent_ledger_is_a_one_line_error(
 
 
 def test_adjacent_ranks_within_their_combined_error_are_marked() -> None:
+    """By their errors against each other: the parts that move every member alike (another initial
+    model) do not weigh on a difference."""
     from fedsv.app.report import separated
 
-    a = {"fedsv": 0.10, "fedsv_stderr": 0.01}
-    assert separated(a, {"fedsv": 0.05, "fedsv_stderr": 0.01}, "fedsv") is True  # 0.05 > 1.96 * 0.0141
-    assert separated(a, {"fedsv": 0.08, "fedsv_stderr": 0.01}, "fedsv") is False
-    assert separated(a, {"fedsv": 0.10, "fedsv_stderr": 0.0}, "fedsv") is False  # a tie
-    exact = {"fedsv": 0.1, "fedsv_stderr": 0.0}
-    assert separated(exact, {"fedsv": 0.09, "fedsv_stderr": 0.0}, "fedsv") is True
-    assert separated(a, {"fedsv": 0.0, "fedsv_stderr": None}, "fedsv") is None
+    a = {"fedsv": 0.10, "fedsv_stderr_between": 0.01}
+    assert (
+        separated(a, {"fedsv": 0.05, "fedsv_stderr_between": 0.01}, "fedsv") is True
+    )  # 0.05 > 1.96 * 0.0141
+    assert separated(a, {"fedsv": 0.08, "fedsv_stderr_between": 0.01}, "fedsv") is False
+    assert separated(a, {"fedsv": 0.10, "fedsv_stderr_between": 0.0}, "fedsv") is False  # a tie
+    exact = {"fedsv": 0.1, "fedsv_stderr_between": 0.0}
+    assert separated(exact, {"fedsv": 0.09, "fedsv_stderr_between": 0.0}, "fedsv") is True
+    assert separated(a, {"fedsv": 0.0, "fedsv_stderr_between": None}, "fedsv") is None
+    common = {"fedsv": 0.10, "fedsv_stderr_between": 0.001, "fedsv_stderr": 0.05}
+    assert separated(common, {"fedsv": 0.09, "fedsv_stderr_between": 0.001, "fedsv_stderr": 0.05}, "fedsv")
 
 
 def test_values_per_label_are_stored_reported_and_drawn(

@@ -85,9 +85,21 @@ def test_a_rerun_error_matches_the_spread_of_simulated_federations() -> None:
 def test_another_initial_model_moves_the_pot_and_the_stated_error_follows() -> None:
     """A first round whose gain moves by far more than the training noise: the error stated from the
     initial models' scores covers it; without those scores a rerun's part is unknown."""
-    runs = [simulated_run(seed, initial=0.1) for seed in range(60)]
+    runs = [simulated_run(seed, initial=0.3) for seed in range(60)]
     ratios = _ratios(runs, ("fedsv_completed", "fedsv_shrunk"))
     assert all(0.7 < ratio < 1.4 for ratio in ratios.values()), ratios
+    # it moves every member alike: the spread of a difference between two members is what their
+    # errors against each other say, not their whole errors
+    totals = np.array([[fv.totals()["fedsv_completed"][f"p{i}"] for i in range(MEMBERS)] for fv in runs])
+    between = np.array(
+        [[fv.between_errors()["fedsv_completed"][f"p{i}"] for i in range(MEMBERS)] for fv in runs[:8]]
+    )
+    whole = np.array([[fv.errors()["fedsv_completed"][f"p{i}"] for i in range(MEMBERS)] for fv in runs[:8]])
+    assert np.all(between < whole)
+    pairs = [(i, i + 1) for i in range(0, MEMBERS, 2)]
+    gaps = [np.std(totals[:, i] - totals[:, j], ddof=1) for i, j in pairs]
+    stated = [np.hypot(between[:, i].mean(), between[:, j].mean()) for i, j in pairs]
+    assert 0.7 < float(np.median(np.array(gaps) / np.array(stated))) < 1.4
     unknown = FederatedValuation(runs[0].world)
     for rv in runs[0].per_round():
         unknown.add_round(rv)
