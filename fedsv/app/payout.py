@@ -1,5 +1,6 @@
 """`fedsv payout`: a budget split by the participants' values, with a rule for negative values and the
-range each share spans over the values' 95% intervals."""
+range each share spans over the values' 95% intervals (of each value against the others': report.json's
+stderr_between)."""
 
 from __future__ import annotations
 
@@ -104,12 +105,15 @@ def payout(
     error_key = f"{value}_stderr"
     values = [float(row[value] or 0.0) for row in rows]
     errors = [row.get(error_key) for row in rows]
+    # a share moves with a member's value against the others': what moves every member alike (another
+    # initial model, a round's level) does not move the shares, so the ranges leave it out
+    between = [row.get(f"{error_key}_between", row.get(error_key)) for row in rows]
     group = [row["group"] for row in rows]
     if rule == "groups":
         values = _group_means(values, group)
     out = []
     for row, error, (share, paid, low, high) in zip(
-        rows, errors, shares(values, errors, amount, negative), strict=True
+        rows, errors, shares(values, between, amount, negative), strict=True
     ):
         out.append(
             Share(
@@ -164,7 +168,7 @@ def format_payout(rows: list[Share], amount: float, value: str, negative: str, r
     by = "members that cannot be told apart paid alike" if rule == "groups" else "each by its own value"
     lines = [
         f"payout of {amount:,.2f} by {value}, {by} (negative values: {negative}); "
-        "range: the 95% intervals' ends (errors against a rerun)",
+        "range: the 95% intervals' ends (errors against the other members' values)",
         "",
         f"{'participant':<12} {'value ± stderr':>20} {'group':>5} {'share':>8} {'amount':>12} {'range':>27}",
     ]

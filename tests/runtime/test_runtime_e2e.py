@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fedsv.ledger import Ledger
+from fedsv.valuation.initial_spread import INITIALIZATIONS
 from fedsv.valuation.rounds import TOTAL_KEYS
 from tests.support.runtime import (
     SMALL,
@@ -70,7 +71,11 @@ def test_launch_runs_rounds_and_writes_the_run_directory(
     # every member in every total, each with an error against a rerun (the parts in stderr_parts)
     world = {f"p{r:03d}" for r in range(report["config"]["participants"])}
     assert all(set(report["totals"][key]) == world for key in TOTAL_KEYS)
-    assert set(report["stderr_parts"]) == {"estimator", "validation", "rerun"}
+    assert set(report["stderr_parts"]) == {"estimator", "validation", "rerun", "initial"}
+    # the coordinator scored other initial models when the run started: the pot's part is known
+    with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
+        assert len(ledger.initial_scores()) == INITIALIZATIONS
+    assert set(report["stderr_between"]) == set(TOTAL_KEYS)
     assert report["verdict"]["line"].startswith("verdict: ")
     assert 0.0 < report["final_accuracy"] <= 1.0
     rows = (out / "values.csv").read_text().strip().splitlines()

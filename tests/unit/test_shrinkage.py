@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedsv.valuation.completion import complete
-from fedsv.valuation.shrinkage import MIN_FACTOR, Shrinkage
+from fedsv.valuation.shrinkage import MIN_FACTOR, TRANSLATION, Shrinkage
 
 ROUNDS, MEMBERS, PICKED = 12, 20, 6
 
@@ -62,14 +62,22 @@ def test_equal_members_are_paid_nearly_alike_in_the_order_of_their_evidence() ->
     assert np.array_equal(np.argsort(shrunk), np.argsort(evidence))
 
 
-def test_a_member_far_beyond_the_noise_keeps_its_distance() -> None:
+def test_a_member_far_beyond_the_noise_is_never_pulled_more_than_the_translation_limit() -> None:
     effects = np.zeros(MEMBERS)
     effects[3] = -0.02  # damages every round it is in, by far more than the noise
     values, mask, weights, truth = federation(effects, 2, noise=0.001)
-    shrunk = np.where(mask.any(axis=0), Shrinkage.fit(values, mask, mask, weights).apply(values), np.inf)
+    fit = Shrinkage.fit(values, mask, mask, weights)
+    shrunk = np.where(mask.any(axis=0), fit.apply(values), np.inf)
     assert int(np.argmin(shrunk)) == 3
-    # a round's level holds its members' effects: 1 / PICKED of the damage lands on the others
-    assert abs(shrunk[3] - truth[3]) < (1 / PICKED + 0.15) * abs(truth[3] - np.median(truth))
+    # its effect moves at most TRANSLATION of its standard errors from what its rounds say
+    levels = values.sum(axis=1) / mask.sum(axis=1)
+    weight = mask * fit.precision[:, None]
+    raw = float((np.where(mask, values - levels[:, None], 0.0) * weight).sum(axis=0)[3] / weight[:, 3].sum())
+    moved = (shrunk[3] - fit.apply(values, shifted=False)[3]) / weights.sum()
+    assert fit.limited[3] and abs(moved) <= TRANSLATION / np.sqrt(weight[:, 3].sum()) + 1e-12
+    assert raw < 0 and moved > 0  # towards the others, not past its evidence
+    # most of its distance is kept (a round's level holds 1 / PICKED of its damage too)
+    assert abs(shrunk[3] - np.median(shrunk[np.isfinite(shrunk)])) > 0.5 * abs(truth[3] - np.median(truth))
 
 
 def test_turned_away_members_get_nothing_and_unselected_ones_are_not_valued() -> None:
