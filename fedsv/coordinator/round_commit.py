@@ -109,7 +109,7 @@ class RoundCommitter:
         checkpoint = Checkpoint(number, encode_params(result.params), rng_state, extra)
         rows, classes = ([], []) if values is None else (value_rows(values), class_rows(values))
         self.ledger.commit_round(record, rows, traffic_rows, checkpoint, updates, classes)
-        if values is None:
+        if values is None or values.method == "none":  # nothing valued: no value gauge is set to 0
             self.metrics.observe_training(record)
         else:
             self.metrics.observe_round(record, self.accounting.sums(), self.accounting.sum_errors())
