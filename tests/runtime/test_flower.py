@@ -129,6 +129,10 @@ def test_the_ledger_reads_back_with_fedsv_report(runs: dict[str, object]) -> Non
     assert report["totals"]["fedsv_completed"] == pytest.approx(report["totals"]["fedsv"], abs=1e-12)
     classes = report["classes"]  # values per validation label, adding up to each client's value
     assert classes["rounds_split"] == ROUNDS and classes["labels"] == 10
+    # the wrapper scored other initial models of the app's model (reset_parameters under other seeds):
+    # the initial model's part of every error is known, as under `fedsv launch`
+    initial = report["stderr_parts"]["initial"]["fedsv_completed"]
+    assert initial and all(e is not None and e > 0 for e in initial.values())
     for pid, value in report["totals"]["fedsv"].items():
         assert sum(classes["totals"][pid]) == pytest.approx(value, abs=1e-9)
 
