@@ -16,7 +16,6 @@ from fedsv.valuation.initial_spread import spread
 from fedsv.valuation.rerun_noise import sum_rerun
 from fedsv.valuation.round_matrices import RoundMatrices, merge_folds
 from fedsv.valuation.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
-from fedsv.valuation.shrinkage import Shrinkage
 from fedsv.valuation.spec import ValuationSpec
 from fedsv.valuation.valuation_noise import COMPONENTS, Uncertainty, uncertainty
 
@@ -93,8 +92,7 @@ class FederatedValuation:
             ids, completed = self.completed()
             out["fedsv_completed"] = dict(zip(ids, map(float, completed.totals), strict=True))
             matrices = self.matrices()
-            fit = Shrinkage.fit(matrices.fedsv, matrices.mask, matrices.accepted, matrices.weights)
-            shrunk = fit.apply(matrices.fedsv)
+            shrunk = matrices.shrinkage.apply(matrices.fedsv)
             out["fedsv_shrunk"] = dict(zip(ids, map(float, shrunk), strict=True))
         return {key: out[key] for key in TOTAL_KEYS}
 
@@ -228,8 +226,8 @@ class FederatedValuation:
         return self._by_id(lambda u, key: u.stderr(key))
 
     def between_errors(self) -> dict[str, dict[str, float]]:
-        """Per participant, the error of each total against another participant's (errors() without
-        the parts that move every member alike, valuation_noise.COMMON): what differences are weighed by."""
+        """Per participant, the error of each total less the members' mean (valuation_noise.BETWEEN's
+        parts: what moves every member alike cancels): what differences are weighed by."""
         return self._by_id(lambda u, key: u.between(key))
 
     def error_parts(self) -> dict[str, dict[str, dict[str, float]]]:

@@ -168,8 +168,7 @@ def rerun_part(matrices: RoundMatrices, model: Model | None, replicates: int, se
     result = RerunPart(out, initial_out, relative)
     if fedsv is not None:
         initial = matrices.initial_spread
-        shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights)
-        fitted = shrinkage.as_fitted(fedsv.center)
+        fitted = matrices.shrinkage.as_fitted(fedsv.center)
         runs = [
             simulate(
                 fedsv, matrices.selected, rate, model, True, validation, replicates, seed, spread_, fitted

@@ -129,7 +129,7 @@ class Shrinkage:
             effects + (self.shift if shifted else 0.0),
             center + self.factors * (effects - center),
         )
-        total = self.weights @ levels if levels.ndim == 1 else levels @ self.weights
+        total = levels @ self.weights
         shrunk = self.rate * (np.asarray(total)[..., None] + self.weights.sum() * effect)
         return np.asarray(np.where(known, shrunk, 0.0), dtype=np.float64)
 

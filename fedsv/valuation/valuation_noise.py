@@ -186,7 +186,7 @@ def uncertainty(
     }
     for by_key in (*parts.values(), *relative.values()):
         by_key["fedsv_completed"] = np.where(never, math.inf, by_key["fedsv_completed"])
-    shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, matrices.accepted, matrices.weights)
+    shrinkage = matrices.shrinkage
     shrunk, shrunk_relative = _shrunk_parts(matrices, shrinkage, reruns, seed)
     for name, value in shrunk.items():
         parts[name]["fedsv_shrunk"] = value
