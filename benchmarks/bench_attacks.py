@@ -1,13 +1,21 @@
-"""The attack matrix: accuracy lost to one dishonest participant, before (no guard) and under the defaults.
+"""The attack matrix: accuracy lost to dishonest participants, and what free riders earn, under the defaults.
 
-Usage: python benchmarks/bench_attacks.py [--seeds 0 1] [--fractions 0.5 0.34] [--rounds 8]
+Usage: python benchmarks/bench_attacks.py [--part single riders colluders honest] [--seeds 0 1] [--rounds 8]
 
-Trains 6 participants on the embedded MNIST sample (IID, 5 epochs, batch 10) in this process with the
-same seeded draws, local training, guard and aggregation as `fedsv launch` (`fedsv.app.demo`), so the
-models are those of real runs (tests/runtime/test_attack_matrix.py runs them through real processes).
-Rank 3 attacks; each cell is its run's final test accuracy minus the honest run's (same seed and
-settings). "before" is the previous defaults: FedAvg over declared counts, updates over 2x the round's
-median norm clipped, no direction check; "defaults" is the guard (fedsv.fl.update_guard).
+Trains federations on the embedded MNIST sample (5 epochs, batch 10) in this process with the same
+seeded draws, local training, guard and aggregation as `fedsv launch` (`fedsv.app.demo`), so the
+models are those of real runs (tests/runtime/test_attack_matrix.py runs cells through real processes).
+Each accuracy cell is its run's final test accuracy minus the honest run's (same seed and settings).
+
+- single: one attacker (rank 3) among 6, 3 or 2 selected; "before" is the previous defaults (FedAvg
+  over declared counts, updates over 2x the round's median norm clipped, no direction check),
+  "defaults" the guard (fedsv.fl.update_guard).
+- riders: one free rider (rank 3) among 6, 3 selected, IID and two-class non-IID, valued exactly:
+  accuracy lost, its rounds refused of selected, its FedSV and recommended value (fedsv_shrunk) and its
+  share of a payout with negative values paid nothing.
+- colluders: 2 or 3 colluders (the first ranks after rank 0) sending -3x their update, or its sign
+  flip (that direction at their own norm), among 6 (3 selected), 10 (5) and 20 (5).
+- honest: no attacker; updates the guard refused (it must be 0) and the final accuracy.
 """
 
 from __future__ import annotations
@@ -18,50 +26,154 @@ from typing import Any
 import torch
 from fixtures import machine, print_table
 
-from fedsv.app.demo import DemoConfig, demo_rounds
+from fedsv.app.demo import DemoConfig, demo_rounds, run_demo
+from fedsv.app.payout import shares
 from fedsv.coordinator.config import UNGUARDED
 
-ATTACKS = {
+SINGLE = {
     "x1e6": "scale:1e6",
     "sign flip": "scale:-1",
     "-3x": "scale:-3",
     "10^7 declared": "count:10000000",
     "10^7 declared, reversed": "scale:-1+count:10000000",
 }
+RIDERS = {
+    "zero": "scale:0",
+    "zero, 10^7 declared": "scale:0+count:10000000",
+    "noise 0.01": "noise:0.01",
+    "noise 0.01, 10^7 declared": "noise:0.01+count:10000000",
+    "replay": "replay",
+    "replay, 10^7 declared": "replay+count:10000000",
+}
+COLLUDE = {"-3x": "scale:-3", "sign flip": "scale:-1"}
+FEDERATIONS = [(6, 0.5, 2), (10, 0.5, 3), (20, 0.25, 2), (20, 0.25, 3)]  # members, fraction, colluders
+HONEST = [(6, 0.5), (20, 0.5), (50, 0.2)]
 BEFORE: dict[str, Any] = {**UNGUARDED, "update_norm_policy": "clip"}
 
 
-def final_accuracy(settings: dict[str, Any]) -> float:
-    accuracies = [accuracy for _, accuracy in demo_rounds(DemoConfig(**settings))]
-    return accuracies[-1]
+def final_accuracy(settings: dict[str, Any]) -> tuple[float, int]:
+    """The run's final test accuracy and how many updates the guard refused."""
+    config = DemoConfig(**settings)
+    accuracies, refused = [], 0
+    for trained, accuracy in demo_rounds(config):
+        accuracies.append(accuracy)
+        refused += config.selected_per_round - len(trained.updates)
+    return accuracies[-1], refused
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--fractions", type=float, nargs="+", default=[0.5, 0.34])
-    parser.add_argument("--rounds", type=int, default=8)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    print(f"machine: {machine()}\n")
+def single(seeds: list[int], rounds: int) -> None:
     rows = []
-    for fraction in args.fractions:
-        for seed in args.seeds:
+    for fraction in (0.5, 0.34):
+        for seed in seeds:
             base = {
-                "participants": 6, "fraction": fraction, "rounds": args.rounds, "seed": seed,
+                "participants": 6, "fraction": fraction, "rounds": rounds, "seed": seed,
                 "valuation": "none", "validation_size": 300,
             }  # fmt: skip
             for label, guard in (("before", BEFORE), ("defaults", {})):
-                honest = final_accuracy({**base, **guard})
+                honest, _ = final_accuracy({**base, **guard})
                 lost = [
-                    final_accuracy({**base, **guard, "corrupt": f"3={spec}"}) - honest
-                    for spec in ATTACKS.values()
+                    final_accuracy({**base, **guard, "corrupt": f"3={spec}"})[0] - honest
+                    for spec in SINGLE.values()
                 ]
                 selected = max(1, round(fraction * 6))
                 rows.append([str(selected), str(seed), label, f"{honest:.3f}", *(f"{d:+.3f}" for d in lost)])
                 print(" ".join(rows[-1]), flush=True)
-    print()
-    print_table(["selected", "seed", "settings", "honest acc.", *ATTACKS], rows)
+    print_table(["selected", "seed", "settings", "honest acc.", *SINGLE], rows)
+
+
+def riders(seeds: list[int], rounds: int) -> None:
+    rows = []
+    for partition in ("iid", "noniid"):
+        for seed in seeds:
+            base: dict[str, Any] = {
+                "participants": 6, "fraction": 0.5, "rounds": rounds, "seed": seed, "partition": partition,
+                "valuation": "exact", "validation_size": 300,
+            }  # fmt: skip
+            honest = run_demo(DemoConfig(**base)).accuracies[-1]
+            for name, spec in RIDERS.items():
+                result = run_demo(DemoConfig(**base, corrupt=f"3={spec}"))
+                totals = result.valuation.totals()
+                ids = sorted(totals["fedsv"])
+                shrunk = [totals["fedsv_shrunk"][p] or 0.0 for p in ids]
+                paid = shares(shrunk, [None] * len(ids), 1.0, "zero")[ids.index("p003")][0]
+                records = result.valuation.per_round()
+                picked = sum(1 for r in records if "p003" in (r.selected or r.participants))
+                refused = picked - sum(1 for r in records if "p003" in r.participants)
+                fedsv, rec = totals["fedsv"]["p003"] or 0.0, totals["fedsv_shrunk"]["p003"] or 0.0
+                rank = 1 + sum(v > rec for v in shrunk)
+                rows.append([
+                    partition, str(seed), name, f"{result.accuracies[-1] - honest:+.3f}",
+                    f"{refused}/{picked}", f"{fedsv:+.4f}", f"{rec:+.4f}", f"{rank} of 6", f"{paid:.1%}",
+                ])  # fmt: skip
+                print(" ".join(rows[-1]), flush=True)
+    header = [
+        "partition",
+        "seed",
+        "free rider",
+        "acc. lost",
+        "refused",
+        "FedSV",
+        "recommended",
+        "rank",
+        "paid",
+    ]
+    print_table(header, rows)
+
+
+def colluders(seeds: list[int], rounds: int) -> None:
+    rows = []
+    for members, fraction, count in FEDERATIONS:
+        for partition in ("iid", "noniid"):
+            for seed in seeds:
+                base = {
+                    "participants": members, "fraction": fraction, "rounds": rounds, "seed": seed,
+                    "partition": partition, "valuation": "none", "validation_size": 300,
+                }  # fmt: skip
+                honest, _ = final_accuracy(base)
+                ranks = f"1-{count}"
+                lost = [
+                    final_accuracy({**base, "corrupt": f"{ranks}={spec}"})[0] - honest
+                    for spec in COLLUDE.values()
+                ]
+                selected = max(1, round(fraction * members))
+                rows.append([
+                    f"{count} of {members}", str(selected), partition, str(seed), f"{honest:.3f}",
+                    *(f"{d:+.3f}" for d in lost),
+                ])  # fmt: skip
+                print(" ".join(rows[-1]), flush=True)
+    print_table(["colluders", "selected", "partition", "seed", "honest acc.", *COLLUDE], rows)
+
+
+def honest_runs(seeds: list[int], rounds: int) -> None:
+    rows = []
+    for members, fraction in HONEST:
+        for partition in ("iid", "noniid"):
+            for seed in seeds:
+                base = {
+                    "participants": members, "fraction": fraction, "rounds": rounds, "seed": seed,
+                    "partition": partition, "valuation": "none", "validation_size": 300,
+                }  # fmt: skip
+                accuracy, refused = final_accuracy(base)
+                selected = max(1, round(fraction * members))
+                rows.append(
+                    [str(members), str(selected), partition, str(seed), f"{accuracy:.3f}", str(refused)]
+                )
+                print(" ".join(rows[-1]), flush=True)
+    print_table(["members", "selected", "partition", "seed", "final acc.", "updates refused"], rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", nargs="+", default=["single", "riders", "colluders", "honest"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--rounds", type=int, default=8)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"machine: {machine()}\n")
+    parts = {"single": single, "riders": riders, "colluders": colluders, "honest": honest_runs}
+    for part in args.part:
+        print(f"\n## {part}\n")
+        parts[part](args.seeds, args.rounds)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ class TrainedRound:
     model: nn.Module
     validation: EvalSet
     game: GameSettings
+    selected: list[str]  # the round's selection: some may have been turned away by the guard
 
 
 def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
@@ -115,7 +116,8 @@ def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
         updates = guarded.updates  # as the coordinator screens them
         if not updates:
             raise ValueError(f"every update of round {t} was over update_norm_bound")
-        trained = TrainedRound(t, global_params, updates, model, validation, game)
+        chosen = [participant_id(r) for r in selected]
+        trained = TrainedRound(t, global_params, updates, model, validation, game, chosen)
         global_params = aggregate(global_params, updates, t, game.aggregation)
         accuracy = math.nan if test is None else evaluate(model, global_params, test.x, test.y)[0]
         yield trained, accuracy
@@ -141,6 +143,7 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
             config.valuation_spec(trained.round),
             accounting,
             trained.game,
+            selected=trained.selected,
         )
         accuracies.append(accuracy)
         if on_round is not None:

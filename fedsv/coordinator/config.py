@@ -153,7 +153,9 @@ class RunConfig:
         default=True,
         metadata={
             "help": "turn away an update that points against the validation loss's descent and the round's "
-            "other updates (further than any accepted so far) when the round's FedAvg is better without it"
+            "other updates (further than any accepted so far) when the round's FedAvg is better without it, "
+            "a null update (a free rider's), and agreeing updates against the descent in a round whose "
+            "FedAvg is worse than w_t"
         },
     )
     update_norm_history: int = field(

@@ -202,9 +202,15 @@ class RoundLoop:
             referee,
         )
         bounded = guarded.bounded
-        for pid in [*bounded.rejected, *guarded.turned_away]:
+        reasons = {
+            **dict.fromkeys(bounded.rejected, "norm_rejected"),
+            **dict.fromkeys(guarded.turned_away, "direction_rejected"),
+            **dict.fromkeys(guarded.null, "null_update"),
+            **dict.fromkeys(guarded.worse, "round_worse"),
+        }
+        for pid, reason in reasons.items():
             del closed.received[pid]
-            closed.refused[pid] = "norm_rejected" if pid in bounded.rejected else "direction_rejected"
+            closed.refused[pid] = reason
         for pid, declared in guarded.capped.items():
             self.metrics.reject("weight_capped")
             logger.warning(
@@ -221,15 +227,25 @@ class RoundLoop:
                 bounded.bound,
                 "clipped" if reason == "norm_clipped" else "rejected",
             )
-        for pid, cosine in guarded.turned_away.items():
-            self.metrics.reject("direction_rejected")
-            logger.warning(
-                "round %d: %s's update works against the validation set (cosine %.3f with its descent) "
-                "and the round is better without it: rejected",
-                closed.round,
-                pid,
-                cosine,
-            )
+        said = {
+            "direction_rejected": "works against the validation set and the round is better without it",
+            "null_update": "carries no information (norm 0, or a random direction): a free rider's",
+            "round_worse": "points against the validation set in a round whose aggregate it made worse",
+        }
+        for reason, found in (
+            ("direction_rejected", guarded.turned_away),
+            ("null_update", guarded.null),
+            ("round_worse", guarded.worse),
+        ):
+            for pid, cosine in found.items():
+                self.metrics.reject(reason)
+                logger.warning(
+                    "round %d: %s's update %s (cosine %.3f with the validation descent): rejected",
+                    closed.round,
+                    pid,
+                    said[reason],
+                    cosine,
+                )
         return guarded.updates
 
 

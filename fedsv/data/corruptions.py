@@ -1,4 +1,5 @@
-"""Participant corruptions: the paper's label flipping and pixel backdoor, and a scaled (poisoned) delta."""
+"""Participant corruptions: the paper's label flipping and pixel backdoor, a scaled (poisoned) delta, and
+free riders' updates (noise in place of a delta, the global model sent back untrained)."""
 
 from __future__ import annotations
 
@@ -165,8 +166,12 @@ class Corruption:
     delta_scale: float = 1.0  # model poisoning: the participant sends its delta times this
     flip_own_classes: bool = False  # flipped labels go to another of the participant's own classes
     declared_samples: int = 0  # a lie about its sample count (FedAvg's weight); 0: the true count
+    noise_norm: float = 0.0  # a free rider: Gaussian noise of this L2 norm sent in place of its delta
+    replay: bool = False  # a free rider: the global model sent back untrained (a zero delta)
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.noise_norm) and self.noise_norm >= 0):
+            raise ValueError(f"noise_norm must be a finite number >= 0, got {self.noise_norm}")
         if not 0.0 <= self.label_flip_ratio <= 1.0:
             raise ValueError(f"label_flip_ratio must lie in [0, 1], got {self.label_flip_ratio}")
         if not math.isfinite(self.delta_scale):
@@ -183,7 +188,31 @@ class Corruption:
             and self.backdoor is None
             and self.delta_scale == 1.0
             and self.declared_samples == 0
+            and self.noise_norm == 0.0
+            and not self.replay
         )
+
+    @property
+    def trains(self) -> bool:
+        """Whether the participant trains at all (a replaying or noise-sending free rider does not)."""
+        return not (self.replay or self.noise_norm > 0)
+
+    def send(self, delta: dict[str, Tensor], seed: int) -> dict[str, Tensor]:
+        """The update the participant sends in place of `delta` (its real one, or zeros of its shape
+        where it does not train): zeros when replaying, seeded noise of noise_norm when sending noise,
+        else the delta times delta_scale."""
+        if self.replay:
+            return {k: torch.zeros_like(t) for k, t in delta.items()}
+        if self.noise_norm > 0:
+            generator = torch.Generator().manual_seed(seed)
+            floats = [k for k, t in delta.items() if t.is_floating_point()]
+            noise = {k: torch.randn(delta[k].shape, generator=generator, dtype=torch.float64) for k in floats}
+            norm = math.sqrt(sum(float((n * n).sum()) for n in noise.values()))
+            scale = self.noise_norm / norm if norm > 0 else 0.0
+            sent = {k: torch.zeros_like(t) for k, t in delta.items()}
+            sent.update({k: (noise[k] * scale).to(delta[k].dtype).to(delta[k].device) for k in floats})
+            return sent
+        return self.scale_delta(delta)
 
     def declared(self, true_count: int) -> int:
         """The sample count the participant declares at Join and in its updates."""
@@ -228,6 +257,10 @@ class Corruption:
             parts.append(f"scale:{self.delta_scale:g}")
         if self.declared_samples:
             parts.append(f"count:{self.declared_samples}")
+        if self.noise_norm:
+            parts.append(f"noise:{self.noise_norm:g}")
+        if self.replay:
+            parts.append("replay")
         return "+".join(parts) or "none"
 
 
@@ -255,7 +288,8 @@ def parse_corruption(spec: str) -> Corruption:
     """Read a CLI corruption spec: "none", "flip:0.1", "flip:0.1:own" (flipped to the participant's own
     classes), "backdoor", "backdoor:target=7[,per_batch=20,batch_size=64]", "scale:10" (the update
     boosted), "count:10000000" (a false sample count declared), or several joined with "+"
-    ("flip:0.2+backdoor", "scale:-1+count:10000000")."""
+    ("flip:0.2+backdoor", "scale:-1+count:10000000"); free riders: "noise:0.01" (Gaussian noise of that
+    L2 norm sent in place of a delta, no training) and "replay" (the global model sent back untrained)."""
     text = spec.strip().lower()
     if text in ("", "none", "clean"):
         return Corruption()
@@ -264,6 +298,8 @@ def parse_corruption(spec: str) -> Corruption:
     backdoor: PixelBackdoor | None = None
     factor = 1.0
     declared = 0
+    noise = 0.0
+    replay = False
     for part in text.split("+"):
         kind, _, arg = part.strip().partition(":")
         if kind == "flip":
@@ -295,10 +331,19 @@ def parse_corruption(spec: str) -> Corruption:
                     f"bad corruption {spec!r}: count needs a positive whole number, e.g. count:10000000"
                 )
             declared = int(arg)
+        elif kind == "noise":
+            try:
+                noise = float(arg)
+            except ValueError:
+                raise ValueError(f"bad corruption {spec!r}: noise needs a norm, e.g. noise:0.01") from None
+            if not (math.isfinite(noise) and noise > 0):
+                raise ValueError(f"bad corruption {spec!r}: noise's norm must be a finite number > 0")
+        elif kind == "replay" and not arg:
+            replay = True
         else:
             raise ValueError(
                 f"unknown corruption {spec!r}; use none, flip:RATIO[:own], backdoor, backdoor:target=LABEL, "
-                "scale:FACTOR or count:SAMPLES"
+                "scale:FACTOR, count:SAMPLES, noise:NORM or replay"
             )
     return Corruption(
         label_flip_ratio=ratio,
@@ -306,6 +351,8 @@ def parse_corruption(spec: str) -> Corruption:
         delta_scale=factor,
         flip_own_classes=own,
         declared_samples=declared,
+        noise_norm=noise,
+        replay=replay,
     )
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedsv.fl.evaluation import EvalSet, evaluate, validation_descent
+from fedsv.fl.evaluation import EvalSet, evaluate, predict, to_tensors, validation_descent
 from fedsv.fl.state import apply_delta
 
 
@@ -20,6 +21,10 @@ class Referee(Protocol):
 
     def loss(self, delta: Mapping[str, Tensor]) -> float:
         """The loss of w_t + delta."""
+        ...
+
+    def losses(self, delta: Mapping[str, Tensor]) -> Tensor:
+        """The loss of w_t + delta on each trusted sample (their mean is `loss`)."""
         ...
 
 
@@ -38,3 +43,8 @@ class ValidationReferee:
 
     def loss(self, delta: Mapping[str, Tensor]) -> float:
         return evaluate(self.model, apply_delta(self.params, delta), self.validation.x, self.validation.y)[1]
+
+    def losses(self, delta: Mapping[str, Tensor]) -> Tensor:
+        _, y = to_tensors(self.validation.x, self.validation.y)
+        logits = predict(self.model, apply_delta(self.params, delta), self.validation.x)
+        return F.cross_entropy(logits.double(), y.to(logits.device), reduction="none").cpu()

@@ -16,6 +16,10 @@ step leaves alone a round whose updates are alike and acts on an update that sta
    point apart, the one whose removal alone lowers that loss is turned away. Sign flips, minus the
    others' mean and reversed updates under a large declared count are caught; the tests and
    docs/deployment.md give the attack matrix and the honest runs that stay FedAvg.
+4. **Free riders and colluders** (`update_screen`): an update that carries no information (norm 0, or a
+   random direction) is turned away as null; when the round's FedAvg still raises the validation loss
+   beyond its noise, updates pointing against the descent beyond the tolerance are dropped until it
+   does not. Only updates that passed every check enter the memory.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from torch import Tensor
 
 from fedsv.fl.referee import Referee
 from fedsv.fl.state import fedavg
-from fedsv.fl.update_bounds import BoundedUpdates, NormBound, bound_updates
+from fedsv.fl.update_bounds import BoundedUpdates, NormBound, bound_updates, typical_norm
+from fedsv.fl.update_screen import null_updates, worse_round
 from fedsv.fl.updates import ClientUpdate
 
 
@@ -120,6 +125,8 @@ class GuardedRound:
     bounded: BoundedUpdates
     capped: dict[str, int]  # participant -> its declared count, where the weight was capped
     turned_away: dict[str, float]  # participant -> its cosine with the descent, rejected for direction
+    null: dict[str, float] = field(default_factory=dict)  # the same, turned away as null (free riders)
+    worse: dict[str, float] = field(default_factory=dict)  # the same, dropped from a round found worse
 
 
 def _flat(delta: Mapping[str, Tensor]) -> Tensor:
@@ -235,13 +242,24 @@ def guard_updates(
     guarded_norms = settings.history_rounds > 0  # the norms' memory on: the guard's small-round rule too
     bounded = bound_updates(weighted, norm_rule, memory.past(), smaller_of_few=guarded_norms)
     turned_away: dict[str, float] = {}
+    null: dict[str, float] = {}
+    worse: dict[str, float] = {}
     found: Direction | None = None
     if settings.direction and referee is not None:
         turned_away, found = direction_outliers(bounded.updates, memory, referee)
+        rest = [u for u in bounded.updates if u.participant not in turned_away]
         if turned_away:  # what the kept updates' cosines are without them (learned from two or more)
-            rest = [u for u in bounded.updates if u.participant not in turned_away]
             found = directions(rest, referee) if len(rest) >= 2 else None
-    kept = [u for u in bounded.updates if u.participant not in turned_away]
+        if found is not None:  # update_screen: free riders, then a round the referee finds worse
+            typical = typical_norm([*bounded.norms.values(), *memory.past()], smaller_of_few=False)
+            null = null_updates(rest, bounded.norms, typical, found.descent, found.others)
+            rest = [u for u in rest if u.participant not in null]
+            worse = worse_round(rest, referee, found.descent, memory.tolerance())
+            if null or worse:
+                rest = [u for u in rest if u.participant not in worse]
+                found = directions(rest, referee) if len(rest) >= 2 else None
+    dropped = {**turned_away, **null, **worse}
+    kept = [u for u in bounded.updates if u.participant not in dropped]
     memory.remember(
         [bounded.norms[u.participant] for u in kept if u.participant not in bounded.clipped],
         settings.history_rounds,
@@ -249,4 +267,4 @@ def guard_updates(
     if found is not None:
         for u in kept:
             memory.learn(u.participant, found.descent[u.participant], found.others[u.participant])
-    return GuardedRound(kept, bounded, capped, turned_away)
+    return GuardedRound(kept, bounded, capped, turned_away, null, worse)

@@ -228,9 +228,12 @@ class LoadedTask:
         The task's own train(model, data, context) if it has one (the model arrives holding w_t),
         otherwise seeded SGD with the run's settings (and the simulation's backdoor, if any).
         """
-        delta = self._train(model, global_state, samples, context, corruption)
-        scale = getattr(corruption, "scale_delta", None)
-        return scale(delta) if scale is not None else delta
+        if getattr(corruption, "trains", True):
+            delta = self._train(model, global_state, samples, context, corruption)
+        else:  # a simulated free rider: no training, its update of the delta's shape
+            delta = {name: torch.zeros_like(t) for name, t in global_state.items()}
+        send = getattr(corruption, "send", None)
+        return send(delta, context.seed) if send is not None else delta
 
     def _train(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,11 +64,15 @@ class FederatedValuation:
         round: int,
         spec: ValuationSpec | None = None,
         on_plan: Callable[[Plan], None] | None = None,
+        selected: Sequence[str] | None = None,
     ) -> RoundValues:
-        """Compute one round's values (see value_round()), record them and return them."""
+        """Compute one round's values (see value_round()), record them and return them; `selected`: the
+        round's selection where some selected were not aggregated (they are valued 0 in it)."""
         if round in self._rounds:
             raise ValueError(f"round {round} already recorded")
         rv = value_round(game, participant_ids, round, spec, on_plan)
+        if selected is not None and set(selected) != set(participant_ids):
+            rv = dataclasses.replace(rv, selected=list(selected))
         self.add_round(rv)
         return rv
 

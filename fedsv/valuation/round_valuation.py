@@ -44,8 +44,10 @@ def value_updates(
     accounting: FederatedValuation,
     game_settings: GameSettings = DEFAULT_GAME,
     on_plan: Callable[[Plan], None] | None = None,
+    selected: Sequence[str] | None = None,
 ) -> RoundValues:
-    """The round's values from w_t and its updates only (spec None: valuation off, utilities only).
+    """The round's values from w_t and its updates only (spec None: valuation off, utilities only);
+    `selected`: the round's selection, where some were not aggregated.
 
     The values are recorded in `accounting` unless valuation is off. Valuation needs no message beyond
     the updates the round already received. on_plan: see fedsv.valuation.rounds.value_round.
@@ -70,4 +72,4 @@ def value_updates(
         before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
         zeros = np.zeros(len(ids))
         return RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
-    return accounting.value_round(game, ids, number, spec, on_plan)
+    return accounting.value_round(game, ids, number, spec, on_plan, selected)

@@ -1,8 +1,10 @@
-"""One dishonest participant under the default settings, through `fedsv launch` (real processes, gRPC).
+"""Dishonest participants under the default settings, through `fedsv launch` (real processes, gRPC).
 
-The attack matrix of issue 26 (docs/deployment.md#security): from one participant among three selected,
-and in rounds of two updates, each attack costs at most 0.02 of final test accuracy against the honest
-run of the same seed, and the guard turns the attacker's updates away.
+The attack matrix (docs/deployment.md#security): from one participant among three selected, and in
+rounds of two updates, each attack costs at most 0.02 of final test accuracy against the honest run of
+the same seed, and the guard turns the attacker's updates away; so do two colluders among six; and a
+free rider that sends the global model back untrained, declaring 10^7 samples, is turned away in every
+round it is selected in.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ ATTACKS = {
     "sign flip": "scale:-1",
     "-3x (its own, in IID the others' mean)": "scale:-3",
     "10^7 declared, reversed": "scale:-1+count:10000000",
+    "two colluders, -3x": "3-4=scale:-3",
+    "free rider (replay, 10^7 declared)": "replay+count:10000000",
 }
 
 
@@ -55,9 +59,12 @@ def test_one_attacker_costs_at_most_two_points_of_accuracy(
     honest, _ = _final_accuracy(tmp_path / "honest", settings)
     for name in attacks:
         out = tmp_path / name.split()[0]
-        attacked, rounds = _final_accuracy(out, {**settings, "corrupt": f"3={ATTACKS[name]}"})
+        spec = ATTACKS[name] if "=" in ATTACKS[name] else f"3={ATTACKS[name]}"
+        attacked, rounds = _final_accuracy(out, {**settings, "corrupt": spec})
         assert abs(attacked - honest) <= 0.02, (name, attacked, honest)
         turned_away = [
             i for i, (selected, received) in enumerate(rounds, 1) if "p003" in set(selected) - set(received)
         ]
         assert turned_away, (name, rounds)
+        if name.startswith("free rider"):  # every time: never aggregated, worth nothing
+            assert all("p003" not in received for _, received in rounds), rounds

@@ -143,7 +143,8 @@ def test_parse_corruption() -> None:
     assert both == Corruption(label_flip_ratio=0.3, backdoor=PixelBackdoor(target_label=2, per_batch=10))
     assert parse_corruption("flip:0.1:own") == Corruption(label_flip_ratio=0.1, flip_own_classes=True)
     specs = ("none", "flip:0.1", "flip:0.2:own", "backdoor", "backdoor:target=7",
-             "flip:0.3+backdoor:per_batch=10", "backdoor+scale:10")  # fmt: skip
+             "flip:0.3+backdoor:per_batch=10", "backdoor+scale:10", "noise:0.01",
+             "replay+count:10000000")  # fmt: skip
     for spec in specs:
         assert parse_corruption(parse_corruption(spec).describe()) == parse_corruption(spec)
     for bad in (
@@ -155,6 +156,9 @@ def test_parse_corruption() -> None:
         "backdoor:color=1",
         "backdoor:target=a",
         "noise",
+        "noise:0",
+        "noise:nan",
+        "replay:1",
     ):
         with pytest.raises(ValueError):
             parse_corruption(bad)
@@ -171,3 +175,19 @@ def test_flipping_to_own_classes_stays_within_them() -> None:
     assert np.array_equal(flip_labels(np.full(9, 5), 0.5, 10, seed=0, own_classes=True), np.full(9, 5))
     anywhere = flip_labels(y, 0.5, 10, seed=4)
     assert set(anywhere.tolist()) - {3, 8}  # the paper's noise reaches other classes
+
+
+def test_free_riders_send_zeros_or_seeded_noise_of_their_norm_and_do_not_train() -> None:
+    delta = {"w": torch.ones(50, 4), "steps": torch.tensor(7)}
+    replay = parse_corruption("replay")
+    assert not replay.trains and not replay.is_clean
+    sent = replay.send(delta, seed=1)
+    assert float(sent["w"].abs().sum()) == 0 and int(sent["steps"]) == 0
+    noise = parse_corruption("noise:0.01")
+    first, again = noise.send(delta, seed=3), noise.send(delta, seed=3)
+    assert float(first["w"].norm()) == pytest.approx(0.01) and torch.equal(first["w"], again["w"])
+    assert not torch.equal(first["w"], noise.send(delta, seed=4)["w"]) and first["w"].dtype == torch.float32
+    assert (
+        parse_corruption("scale:-3").send(delta, seed=0)["w"][0, 0] == -3
+        and parse_corruption("scale:-3").trains
+    )

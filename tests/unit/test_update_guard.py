@@ -10,11 +10,14 @@ import pytest
 import torch
 from torch import Tensor
 
+from fedsv.fl.state import fedavg
 from fedsv.fl.update_bounds import NormBound, bound_updates, typical_norm
 from fedsv.fl.update_guard import GuardMemory, GuardSettings, cap_counts, guard_updates
 from fedsv.fl.updates import ClientUpdate
 
-DIM = 200
+DIM = 2000
+"""Parameters of the toy model: in 200, the weakest honest signals below (cosine 0.2 with the descent)
+would lie within the band of a random direction, and be taken for free riders (update_screen)."""
 
 
 class Quadratic:
@@ -28,6 +31,10 @@ class Quadratic:
 
     def loss(self, delta: Mapping[str, Tensor]) -> float:
         return float(((delta["w"] - self.target) ** 2).sum())
+
+    def losses(self, delta: Mapping[str, Tensor]) -> Tensor:
+        """Per coordinate, scaled so that their mean is `loss`."""
+        return DIM * (delta["w"] - self.target) ** 2
 
 
 def _honest(rng: torch.Generator, target: Tensor, pid: str, signal: float, count: int = 100) -> ClientUpdate:
@@ -95,6 +102,70 @@ def test_honest_rounds_stay_fedavg_over_many_rounds_and_participants() -> None:
         )
         assert guarded.updates == updates, seed
         assert not (guarded.turned_away or guarded.capped or guarded.bounded.rejected)
+
+
+@pytest.mark.parametrize("rider", ["zero", "noise", "noise at the honest norm", "zero, 10^7 declared"])
+@pytest.mark.parametrize("m", [2, 3, 5])
+def test_a_free_riders_null_update_is_turned_away(rider: str, m: int) -> None:
+    updates, referee = _round(seed=10 + m, m=m)
+    honest_norm = float(updates[0].delta["w"].norm())
+    noise = torch.randn(DIM, generator=torch.Generator().manual_seed(m), dtype=torch.float64)
+    null = {
+        "zero": torch.zeros(DIM, dtype=torch.float64),
+        "noise": 0.01 * noise / noise.norm(),
+        "noise at the honest norm": honest_norm * noise / noise.norm(),
+        "zero, 10^7 declared": torch.zeros(DIM, dtype=torch.float64),
+    }[rider]
+    count = 10**7 if "declared" in rider else 100
+    riders = [*updates[:-1], ClientUpdate("p999", {"w": null}, count)]
+    guarded = guard_updates(riders, NormBound(), GuardSettings(), GuardMemory(), [100] * 6, referee)
+    if rider == "noise at the honest norm":  # as large as an honest update: a noise attacker, not null
+        assert not guarded.null
+        return
+    assert set(guarded.null) == {"p999"} and not guarded.turned_away and not guarded.worse
+    assert [u.participant for u in guarded.updates] == [u.participant for u in updates[:-1]]
+
+
+def test_a_round_of_only_null_updates_moves_nothing_and_keeps_one() -> None:
+    zeros = [ClientUpdate(f"p{i}", {"w": torch.zeros(DIM, dtype=torch.float64)}, 100) for i in range(3)]
+    _, referee = _round(seed=3, m=3)
+    guarded = guard_updates(zeros, NormBound(), GuardSettings(), GuardMemory(), [100] * 3, referee)
+    assert guarded.updates == zeros and not guarded.null  # never all: the aggregate is w_t
+
+
+@pytest.mark.parametrize(("m", "colluders"), [(3, 2), (5, 2), (5, 3), (10, 3)])
+@pytest.mark.parametrize("scale", ["-3x the others' mean", "that direction at their own norm"])
+def test_colluders_that_agree_with_each_other_are_dropped_when_their_round_is_worse(
+    m: int, colluders: int, scale: str
+) -> None:
+    """Colluders all send -3x the honest updates' mean: each one's "others" is dominated by its partners,
+    so the direction check passes them, but the round's FedAvg is worse than w_t and theirs point away
+    from the descent. They are dropped until the round is not worse (three of five may leave one, whose
+    weight then only slows the honest step); no honest update is."""
+    updates, referee = _round(seed=20 + m, m=m)
+    honest = updates[: m - colluders]
+    mean = torch.stack([u.delta["w"] for u in honest]).mean(0)
+    attack = -3 * mean
+    if scale != "-3x the others' mean":
+        attack = attack / attack.norm() * honest[0].delta["w"].norm()
+    bad = [ClientUpdate(f"p9{i:02d}", {"w": attack.clone()}, 100) for i in range(colluders)]
+    guarded = guard_updates([*honest, *bad], NormBound(), GuardSettings(), GuardMemory(), [100] * m, referee)
+    kept = [u.participant for u in guarded.updates]
+    assert kept[: len(honest)] == [u.participant for u in honest]
+    dropped = set(guarded.worse) | set(guarded.turned_away) | set(guarded.bounded.rejected)
+    assert dropped <= {u.participant for u in bad} and len(dropped) >= colluders - 1
+    if colluders < len(honest):  # a minority of the round: every colluder goes
+        assert dropped == {u.participant for u in bad}
+    zero = {"w": torch.zeros(DIM, dtype=torch.float64)}
+    assert referee.loss(fedavg([u.delta for u in guarded.updates], [100] * len(kept))) < referee.loss(zero)
+
+
+def test_a_round_worse_for_updates_along_the_descent_is_left_alone() -> None:
+    """Every update overshoots the target (2.5x its step): the round is worse than w_t, but nothing
+    points against the descent, so nothing is dropped (a skewed or too-large honest round)."""
+    updates, referee = _round(seed=5, m=4, signal=2.5)
+    guarded = guard_updates(updates, NormBound(), GuardSettings(), GuardMemory(), [100] * 4, referee)
+    assert guarded.updates == updates and not guarded.worse
 
 
 def test_at_least_one_update_remains_and_direction_can_be_turned_off() -> None:
