@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--json", action="store_true", help="print report.json instead of the table")
     report.add_argument(
+        "--html",
+        action="store_true",
+        help="write the run's report.html (a self-contained page) and say where",
+    )
+    report.add_argument(
         "--by-class", action="store_true", help="print each participant's FedSV per validation label"
     )
 
@@ -79,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main_launch(args: argparse.Namespace) -> int:
+    from fedsv.app.live_page import LivePage
     from fedsv.app.report import write_outputs
     from fedsv.app.report_text import format_table
 
@@ -91,11 +97,13 @@ def main_launch(args: argparse.Namespace) -> int:
         f"{run.model} on {run.dataset} ({run.partition}), valuation={run.valuation}, out={launch_config.out}",
         flush=True,
     )
+    live = LivePage(launch_config.out)  # report.html, rewritten as rounds get their values
     try:
         grpc_port, metrics_port = launch.start()
         print(f"coordinator on 127.0.0.1:{grpc_port}, metrics on :{metrics_port}", flush=True)
-        code = launch.follow(lambda line: print(line, flush=True))
+        code = launch.follow(lambda line: print(line, flush=True), on_valued=live.refresh)
     finally:
+        live.close()
         launch.stop()
     if code != 0:
         print(
@@ -143,6 +151,11 @@ def main_report(args: argparse.Namespace) -> int:
     if runs:  # a folder of runs: which one this is, and the others (stderr: --json stays JSON)
         print(format_runs(runs, ledger.parent), file=sys.stderr)
     report = build_report(ledger.parent)
+    if args.html:
+        from fedsv.app.live_page import write_page
+
+        print(f"wrote {write_page(ledger.parent, report)}")
+        return 0
     if args.json:
         print(json.dumps(report, indent=2))
     else:

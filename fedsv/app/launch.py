@@ -255,8 +255,11 @@ class Launch:
                 printer(f"participant process {index} exited with code {code}: {line}")
         return len(reported) < len(self.participants)
 
-    def follow(self, printer: Callable[[str], object] = print) -> int:
+    def follow(
+        self, printer: Callable[[str], object] = print, on_valued: Callable[[], object] | None = None
+    ) -> int:
         """Print a progress line per completed round until the coordinator exits; returns its exit code.
+        `on_valued` is called each time rounds got their values (report.html is rewritten then).
 
         A participant process that dies is reported within a second, with its last error line; when
         none is left, the run is stopped (LaunchError) instead of waiting for round deadlines.
@@ -272,10 +275,13 @@ class Launch:
             if ledger_path.exists():
                 with Ledger(ledger_path, read_only=True) as ledger:
                     records = ledger.rounds()
+                before = shown
                 for record in records:  # a round's line once it has its values
                     if record.round > shown and not record.pending:
                         printer(format_progress(record, self.run.rounds))
                         shown = record.round
+                if shown > before and on_valued is not None:
+                    on_valued()
                 backlog = None if backlog_shown else format_backlog(records, self.run.rounds)
                 if backlog is not None:
                     printer(backlog)

@@ -293,7 +293,9 @@ def separated(a: dict[str, Any], b: dict[str, Any], key: str = RECOMMENDED) -> b
 
 def write_outputs(run_dir: str | Path) -> dict[str, Path]:
     """Write report.json, values.csv (a participant a row, its values per label in columns fedsv_label_K),
-    values.png and, where rounds were valued by label, class_values.png into `run_dir`."""
+    values.png, where rounds were valued by label class_values.png, and report.html into `run_dir`."""
+    from fedsv.app.live_page import write_page  # the page is built on this module's report
+
     report = build_report(run_dir)
     directory = Path(run_dir)
     names = ["report.json", "values.csv", "values.png"] + (
@@ -312,5 +314,6 @@ def write_outputs(run_dir: str | Path) -> dict[str, Path]:
     plot_values(report, ranked, out["values.png"])
     if "class_values.png" in out:
         plot_classes(report, ranked, out["class_values.png"])
+    out["report.html"] = write_page(directory, report)
     logger.info("wrote %s", ", ".join(str(p) for p in out.values()))
     return out

@@ -124,7 +124,7 @@ def test_report_keys_and_totals(run_dir: tuple[Path, FederatedValuation]) -> Non
 def test_write_outputs_and_table(run_dir: tuple[Path, FederatedValuation]) -> None:
     directory, expected = run_dir
     outputs = write_outputs(directory)
-    assert set(outputs) == {"report.json", "values.csv", "values.png"}
+    assert set(outputs) == {"report.json", "values.csv", "values.png", "report.html"}
     assert all(path.parent == directory and path.is_file() for path in outputs.values())
     assert outputs["values.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = json.loads(outputs["report.json"].read_text())

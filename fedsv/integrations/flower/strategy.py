@@ -186,7 +186,9 @@ class FedSVStrategy(Strategy):
             )
             return
         valued = len(self.recorder.accounting.per_round())
-        where = f"; `fedsv report {self.recorder.path.parent}`" if self.recorder.path is not None else ""
+        where = ""
+        if self.recorder.path is not None:  # the table, and the same page as a fedsv run's
+            where = f"; `fedsv report {self.recorder.path.parent}` (`--html` for report.html)"
         flower_log(INFO, "fedsv: %d rounds valued (run %s)%s", valued, self.recorder.run_id, where)
 
     # ---------------------------------------------------------------- training: the valued part
