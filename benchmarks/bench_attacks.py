@@ -51,6 +51,14 @@ HONEST = [(6, 0.5), (20, 0.5), (50, 0.2)]
 BEFORE: dict[str, Any] = {**UNGUARDED, "update_norm_policy": "clip"}
 
 
+def settings_of(members: int, fraction: float, rounds: int, seed: int, partition: str) -> dict[str, Any]:
+    """A federation's settings for these runs (values off: accuracy cells)."""
+    return {
+        "participants": members, "fraction": fraction, "rounds": rounds, "seed": seed,
+        "partition": partition, "valuation": "none", "validation_size": 300,
+    }  # fmt: skip
+
+
 def final_accuracy(settings: dict[str, Any]) -> tuple[float, int]:
     """The run's final test accuracy and how many updates the guard refused."""
     config = DemoConfig(**settings)
@@ -125,10 +133,7 @@ def colluders(seeds: list[int], rounds: int) -> None:
     for members, fraction, count in FEDERATIONS:
         for partition in ("iid", "noniid"):
             for seed in seeds:
-                base = {
-                    "participants": members, "fraction": fraction, "rounds": rounds, "seed": seed,
-                    "partition": partition, "valuation": "none", "validation_size": 300,
-                }  # fmt: skip
+                base = settings_of(members, fraction, rounds, seed, partition)
                 honest, _ = final_accuracy(base)
                 ranks = f"1-{count}"
                 lost = [
@@ -149,11 +154,7 @@ def honest_runs(seeds: list[int], rounds: int) -> None:
     for members, fraction in HONEST:
         for partition in ("iid", "noniid"):
             for seed in seeds:
-                base = {
-                    "participants": members, "fraction": fraction, "rounds": rounds, "seed": seed,
-                    "partition": partition, "valuation": "none", "validation_size": 300,
-                }  # fmt: skip
-                accuracy, refused = final_accuracy(base)
+                accuracy, refused = final_accuracy(settings_of(members, fraction, rounds, seed, partition))
                 selected = max(1, round(fraction * members))
                 rows.append(
                     [str(members), str(selected), partition, str(seed), f"{accuracy:.3f}", str(refused)]
