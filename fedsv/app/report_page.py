@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from fedsv.app.payout import NEGATIVE, VALUES
+from fedsv.app.payout import NEGATIVE, RULES, VALUES
 from fedsv.app.report import RECOMMENDED, ranked_rows
 from fedsv.valuation.verdict import Z95
 
@@ -196,10 +196,13 @@ def _verdict_section(report: dict[str, Any]) -> str:
 def _payout_section() -> str:
     values = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in VALUES)
     negatives = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in NEGATIVE)
+    rules = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in RULES)
     return (
         "<form id='payout-form' onsubmit='return false'>amount <input id='amount' type='number' min='0' "
         f"value='10000' step='any'> by <select id='value'>{values}</select> negative values "
-        f"<select id='negative'>{negatives}</select></form>"
+        f"<select id='negative'>{negatives}</select> rule <select id='rule'>{rules}</select>"
+        "<p>(the same split as <code>fedsv payout</code>; a link to these settings: the page's address "
+        "with <code>#amount=5000&amp;value=fedsv&amp;negative=shift&amp;rule=groups</code>)</p></form>"
         "<table id='payout-table'><thead><tr><th>participant</th><th>value</th><th>share</th>"
         "<th>amount</th><th>range (95%)</th></tr></thead><tbody></tbody></table>"
     )
@@ -223,6 +226,7 @@ def render_page(report: dict[str, Any]) -> str:
         "rows": [
             {
                 "participant": row["participant"],
+                "group": row.get("group"),
                 **{key: row.get(key) for key in VALUES},
                 **{
                     f"{key}_error": row.get(f"{key}_stderr_between", row.get(f"{key}_stderr"))
@@ -294,8 +298,17 @@ function payout() {
   const amount = Number(document.getElementById('amount').value);
   const key = document.getElementById('value').value;
   const negative = document.getElementById('negative').value;
+  const rule = document.getElementById('rule').value;
   const rows = PAYOUT.rows;
-  const values = rows.map(r => r[key] === null ? 0 : r[key]);
+  let values = rows.map(r => r[key] === null ? 0 : r[key]);
+  if (rule === 'groups') {  // members that cannot be told apart: paid by their group's mean
+    const sums = {}, counts = {};
+    rows.forEach((r, i) => {
+      if (r.group === null) return;
+      sums[r.group] = (sums[r.group] || 0) + values[i]; counts[r.group] = (counts[r.group] || 0) + 1;
+    });
+    values = values.map((v, i) => rows[i].group === null ? v : sums[rows[i].group] / counts[rows[i].group]);
+  }
   const width = rows.map(r => r[key + '_error'] === null ? NaN : PAYOUT.z95 * r[key + '_error']);
   const shares = split(values, negative);
   const body = document.querySelector('#payout-table tbody');
@@ -326,10 +339,14 @@ function payout() {
     tr.insertCell().textContent = range;
   });
 }
-for (const id of ['amount', 'value', 'negative']) {
+document.getElementById('value').value = PAYOUT.recommended;
+for (const [name, setting] of new URLSearchParams(location.hash.slice(1))) {
+  const field = document.getElementById(name);
+  if (['amount', 'value', 'negative', 'rule'].includes(name) && field) field.value = setting;
+}
+for (const id of ['amount', 'value', 'negative', 'rule']) {
   document.getElementById(id).addEventListener('input', payout);
 }
-document.getElementById('value').value = PAYOUT.recommended;
 payout();
 document.body.dataset.rendered = 'yes';
 """

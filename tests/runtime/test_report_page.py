@@ -30,14 +30,19 @@ RUN: dict[str, object] = {
 }
 
 
-def _browse(page: Path, chromium: str, screenshot: Path | None = None) -> tuple[str, str]:
-    """The page's DOM after its scripts ran (headless Chromium), and what the browser logged."""
+def _browse(page: Path, chromium: str, screenshot: Path | None = None, settings: str = "") -> tuple[str, str]:
+    """The page's DOM after its scripts ran (headless Chromium), and what the browser logged; `settings`:
+    the payout's settings in the address."""
     flags = [
         chromium, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
         "--window-size=1280,800", "--virtual-time-budget=20000", f"--user-data-dir={page.parent / 'profile'}",
     ]  # fmt: skip
     dom = subprocess.run(
-        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=300, check=True
+        [*flags, "--dump-dom", page.as_uri() + settings],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     )
     if screenshot is not None:
         subprocess.run(
@@ -83,6 +88,15 @@ def test_a_real_runs_page_renders_every_section_and_pays_as_fedsv_payout(tmp_pat
     shown = dict(re.findall(r'data-participant="([^"]+)".*?class="amount">([^<]+)<', dom))
     for row in payout(out, 10000.0):
         assert shown[row.participant] == f"{row.amount:,.2f}"
+    # and with other settings, given in the page's address
+    for settings, args in (
+        ("#amount=5000&value=fedsv&negative=shift", (5000.0, "fedsv", "shift", "value")),
+        ("#amount=2500&rule=groups", (2500.0, "fedsv_shrunk", "zero", "groups")),
+    ):
+        other, _ = _browse(page, chromium, settings=settings)
+        shown = dict(re.findall(r'data-participant="([^"]+)".*?class="amount">([^<]+)<', other))
+        for row in payout(out, *args):
+            assert shown[row.participant] == f"{row.amount:,.2f}", (settings, row, shown)
     assert shot.stat().st_size > 10_000
     keep = Path(__file__).resolve().parents[2] / "runs" / "report-first-screen.png"
     if keep.parent.exists():  # for the closing note: the first screen at 1280x800
