@@ -98,8 +98,9 @@ def worse_round(
     tolerance: float,
 ) -> dict[str, float]:
     """Participants dropped because the round's FedAvg is worse than w_t beyond the validation set's
-    noise and their updates point against the descent below `tolerance` (the federation's, as the
-    direction check uses it): removed greedily while the round stays worse. With their cosines."""
+    noise, their updates point against the descent below `tolerance` (the federation's, as the
+    direction check uses it) and agree with another update of the round (AGREEMENT): removed greedily
+    while the round stays worse, never the last. With their cosines with the descent."""
     if not updates:
         return {}
     base = referee.losses({name: torch.zeros_like(t) for name, t in updates[0].delta.items()})
