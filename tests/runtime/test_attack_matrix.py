@@ -4,8 +4,8 @@ The attack matrix (docs/deployment.md#security): from one participant among thre
 rounds of two updates, each attack costs at most 0.02 of final test accuracy against the honest run of
 the same seed, and the guard turns the attacker's updates away; a free rider that sends the global
 model back untrained, declaring 10^7 samples, is turned away in every round it is selected in; two
-colluders among six are turned away and cost far less than before (issue 34's target of 0.02 is not
-met in every cell yet: docs/deployment.md).
+colluders among six are turned away and cost far less than before (LOST: issue 34's target of 0.02 is
+not met in every cell yet).
 """
 
 from __future__ import annotations
@@ -33,7 +33,12 @@ ATTACKS = {
     "-3x (its own, in IID the others' mean)": "scale:-3",
     "10^7 declared, reversed": "scale:-1+count:10000000",
     "free rider (replay, 10^7 declared)": "replay+count:10000000",
+    "two colluders, -3x": "3-4=scale:-3",
 }
+LOST = {"two colluders, -3x": 0.05}
+"""Cells whose bound is not issue 34's 0.02 yet: ranks 3 and 4 both sending minus three times their
+update (in IID about minus three times the others' mean) defeated the guard before the round referee
+(update_screen: final accuracy 0.327 against 0.900); now 0.023 at seed 0 (docs/deployment.md)."""
 
 
 def _final_accuracy(
@@ -52,7 +57,7 @@ def _final_accuracy(
     [(0.5, list(ATTACKS)), (0.34, ["10^7 declared, reversed"])],
     ids=["3 selected", "2 selected"],
 )
-def test_one_attacker_costs_at_most_two_points_of_accuracy(
+def test_each_attack_costs_at_most_its_bound_of_accuracy(
     tmp_path: Path, fraction: float, attacks: list[str]
 ) -> None:
     settings = {**RUN, "fraction": fraction}
@@ -61,22 +66,11 @@ def test_one_attacker_costs_at_most_two_points_of_accuracy(
         out = tmp_path / name.split()[0]
         spec = ATTACKS[name] if "=" in ATTACKS[name] else f"3={ATTACKS[name]}"
         attacked, rounds = _final_accuracy(out, {**settings, "corrupt": spec})
-        assert abs(attacked - honest) <= 0.02, (name, attacked, honest)
-        turned_away = [
-            i for i, (selected, received) in enumerate(rounds, 1) if "p003" in set(selected) - set(received)
-        ]
-        assert turned_away, (name, rounds)
+        assert abs(attacked - honest) <= LOST.get(name, 0.02), (name, attacked, honest)
+        for pid in ("p003", "p004") if "colluders" in name else ("p003",):
+            turned_away = [
+                i for i, (chosen, received) in enumerate(rounds, 1) if pid in set(chosen) - set(received)
+            ]
+            assert turned_away, (name, pid, rounds)
         if name.startswith("free rider"):  # every time: never aggregated, worth nothing
             assert all("p003" not in received for _, received in rounds), rounds
-
-
-def test_two_colluders_are_turned_away_and_cost_far_less_than_before(tmp_path: Path) -> None:
-    """Ranks 3 and 4 both send minus three times their update (in IID about minus three times the
-    others' mean). Before the round referee (update_screen) they defeated the guard: final accuracy
-    0.327 against 0.900; now within 0.05 of the honest run (0.023 at seed 0), each turned away."""
-    settings = {**RUN, "fraction": 0.5}
-    honest, _ = _final_accuracy(tmp_path / "honest", settings)
-    attacked, rounds = _final_accuracy(tmp_path / "colluders", {**settings, "corrupt": "3-4=scale:-3"})
-    assert abs(attacked - honest) <= 0.05, (attacked, honest)
-    for pid in ("p003", "p004"):
-        assert any(pid in set(selected) - set(received) for selected, received in rounds), (pid, rounds)
