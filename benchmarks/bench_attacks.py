@@ -93,10 +93,7 @@ def riders(seeds: list[int], rounds: int) -> None:
     rows = []
     for partition in ("iid", "noniid"):
         for seed in seeds:
-            base: dict[str, Any] = {
-                "participants": 6, "fraction": 0.5, "rounds": rounds, "seed": seed, "partition": partition,
-                "valuation": "exact", "validation_size": 300,
-            }  # fmt: skip
+            base = {**settings_of(6, 0.5, rounds, seed, partition), "valuation": "exact"}
             honest = run_demo(DemoConfig(**base)).accuracies[-1]
             for name, spec in RIDERS.items():
                 result = run_demo(DemoConfig(**base, corrupt=f"3={spec}"))

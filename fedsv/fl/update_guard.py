@@ -30,14 +30,13 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import torch
 from torch import Tensor
 
 from fedsv.fl.referee import Referee
 from fedsv.fl.state import fedavg
 from fedsv.fl.update_bounds import BoundedUpdates, NormBound, bound_updates, typical_norm
 from fedsv.fl.update_screen import null_updates, worse_round
-from fedsv.fl.updates import ClientUpdate
+from fedsv.fl.updates import ClientUpdate, flat_delta
 
 
 @dataclass(frozen=True)
@@ -129,10 +128,6 @@ class GuardedRound:
     worse: dict[str, float] = field(default_factory=dict)  # the same, dropped from a round found worse
 
 
-def _flat(delta: Mapping[str, Tensor]) -> Tensor:
-    return torch.cat([t.reshape(-1).to(torch.float64) for t in delta.values() if t.is_floating_point()])
-
-
 def _cosine(a: Tensor, b: Tensor) -> float:
     norm = float(a.norm() * b.norm())
     return float(a @ b) / norm if norm > 0 else 0.0
@@ -173,11 +168,11 @@ class Direction:
 
 def directions(updates: Sequence[ClientUpdate], referee: Referee) -> Direction:
     descent = referee.descent()
-    reference = _flat(descent)
-    flats = {u.participant: _flat(u.delta) for u in updates}
+    reference = flat_delta(descent)
+    flats = {u.participant: flat_delta(u.delta) for u in updates}
     others = _without_each(updates, flats)
     return Direction(
-        {u.participant: _cosine(_flat({n: u.delta[n] for n in descent}), reference) for u in updates},
+        {u.participant: _cosine(flat_delta({n: u.delta[n] for n in descent}), reference) for u in updates},
         {p: _cosine(flats[p], others[p]) for p in flats},
     )
 

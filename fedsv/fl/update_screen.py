@@ -28,7 +28,7 @@ from torch import Tensor
 
 from fedsv.fl.referee import Referee
 from fedsv.fl.state import fedavg
-from fedsv.fl.updates import ClientUpdate
+from fedsv.fl.updates import ClientUpdate, flat_delta
 
 NULL_NORM = 0.1
 """An update is taken for a free rider's only if its norm is also below this share of the round's typical
@@ -53,10 +53,6 @@ WORSE_SIGMAS = 3.0
 of the per-sample difference (the validation set's own noise)."""
 
 
-def parameters(delta: Mapping[str, Tensor]) -> int:
-    return sum(t.numel() for t in delta.values() if t.is_floating_point())
-
-
 def null_updates(
     updates: Sequence[ClientUpdate],
     norms: Mapping[str, float],
@@ -71,7 +67,7 @@ def null_updates(
     out: dict[str, float] = {}
     for u in updates:
         pid = u.participant
-        spread = parameters(u.delta) * (descent[pid] ** 2 + others.get(pid, 0.0) ** 2)
+        spread = flat_delta(u.delta).numel() * (descent[pid] ** 2 + others.get(pid, 0.0) ** 2)
         if norms[pid] == 0 or (norms[pid] < NULL_NORM * typical and spread < NULL_QUANTILE):
             out[pid] = descent[pid]
     return {} if len(out) == len(updates) else out
@@ -124,10 +120,7 @@ def worse_round(
 
 def _partnered(updates: Sequence[ClientUpdate]) -> set[str]:
     """Participants whose update has a cosine of AGREEMENT or more with another update of the round."""
-    flats = [
-        torch.cat([t.reshape(-1).to(torch.float64) for t in u.delta.values() if t.is_floating_point()])
-        for u in updates
-    ]
+    flats = [flat_delta(u.delta) for u in updates]
     unit = [f / f.norm() if float(f.norm()) > 0 else f for f in flats]
     out: set[str] = set()
     for i, a in enumerate(unit):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 
@@ -15,3 +16,8 @@ class ClientUpdate:
     participant: str
     delta: Mapping[str, Tensor]
     num_samples: int
+
+
+def flat_delta(delta: Mapping[str, Tensor]) -> Tensor:
+    """A delta's floating tensors as one float64 vector (integer buffers left out)."""
+    return torch.cat([t.reshape(-1).to(torch.float64) for t in delta.values() if t.is_floating_point()])
