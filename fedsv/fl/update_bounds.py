@@ -96,7 +96,9 @@ def bound_updates(
     (`smaller_of_few`: with fewer than three norms in all, the smaller; else their mean, as before
     the guard existed).
     "reject" never empties a round: when every update is over the bound they are clipped to it
-    instead, so that no participant (a lone one, say) can stop a run by being rejected.
+    instead, so that no participant (a lone one, say) can stop a run by being rejected. An update whose
+    norm overflows (inf) is rejected under either policy when another is finite: clipped, it would be
+    a zero delta with a FedAvg weight.
     """
     norms = {u.participant: update_norm(u.delta) for u in updates}
     bound = round_bound([*norms.values(), *history], rule, smaller_of_few)
@@ -106,11 +108,12 @@ def bound_updates(
     kept: list[ClientUpdate] = []
     clipped: list[str] = []
     rejected: list[str] = []
+    some_finite = any(math.isfinite(n) for n in norms.values())
     for u in updates:
         norm = norms[u.participant]
         if norm <= bound:
             kept.append(u)
-        elif policy == "reject":
+        elif policy == "reject" or (math.isinf(norm) and some_finite):
             rejected.append(u.participant)
         else:
             scale = bound / norm

@@ -65,3 +65,15 @@ def test_scale_corruption_round_trips() -> None:
     assert parse_corruption("flip:0.1+scale:-3").describe() == "flip:0.1+scale:-3"
     with pytest.raises(ValueError, match="scale must be finite"):
         parse_corruption("scale:inf")
+
+
+def test_an_update_whose_norm_overflows_is_rejected_even_under_clip() -> None:
+    """Finite entries whose squares overflow: clipped by bound / inf it would be a zero delta with a
+    FedAvg weight (diluting the round); it is rejected instead, unless no update is finite."""
+    huge = ClientUpdate("p9", {"w": torch.full((4,), 1e200, dtype=torch.float64)}, 10)
+    updates = [_update("p0", 1.0), _update("p1", 2.0), huge]
+    bounded = bound_updates(updates, NormBound(policy="clip"))
+    assert bounded.rejected == ["p9"] and math.isinf(bounded.norms["p9"])
+    assert [u.participant for u in bounded.updates] == ["p0", "p1"]
+    alone = bound_updates([huge], NormBound(policy="clip"), history=[1.0, 2.0])
+    assert [u.participant for u in alone.updates] == ["p9"]  # never emptied
