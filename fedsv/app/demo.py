@@ -72,6 +72,7 @@ class TrainedRound:
     validation: EvalSet
     game: GameSettings
     selected: list[str]  # the round's selection: some may have been turned away by the guard
+    quarantined: list[str]  # those the guard held back (fedsv.fl.reputation): valued, not aggregated
 
 
 def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
@@ -117,7 +118,9 @@ def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
         if not updates:
             raise ValueError(f"every update of round {t} was over update_norm_bound")
         chosen = [participant_id(r) for r in selected]
-        trained = TrainedRound(t, global_params, updates, model, validation, game, chosen)
+        trained = TrainedRound(
+            t, global_params, updates, model, validation, game, chosen, sorted(guarded.held)
+        )
         global_params = aggregate(global_params, updates, t, game.aggregation)
         accuracy = math.nan if test is None else evaluate(model, global_params, test.x, test.y)[0]
         yield trained, accuracy

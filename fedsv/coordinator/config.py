@@ -27,9 +27,10 @@ UNGUARDED: dict[str, Any] = {
     "update_count_multiple": 0.0,
     "update_direction": False,
     "update_norm_history": 0,
+    "update_quarantine": False,
 }
 """The settings that turn the update guard (fedsv.fl.update_guard) off: FedAvg over the declared counts,
-the norm bound over the round's own norms, no direction check (the paper's studies run so)."""
+the norm bound over the round's own norms, no direction check, no quarantine (the paper's studies run so)."""
 
 
 DEFAULT_TARGET_STDERR = 0.002
@@ -161,6 +162,13 @@ class RunConfig:
     update_norm_history: int = field(
         default=3,
         metadata={"help": "past rounds whose accepted update norms join the adaptive bound's median"},
+    )
+    update_quarantine: bool = field(
+        default=True,
+        metadata={
+            "help": "quarantine a member whose updates keep making the validation loss worse (beyond its "
+            "noise and the federation's spread): its updates are valued, not aggregated, until they stop"
+        },
     )
     corrupt: str = field(
         default="", metadata={"help": "per-rank corruptions, e.g. '0-3=flip:0.1;7=backdoor'"}
@@ -304,7 +312,9 @@ class RunConfig:
 
     def guard(self) -> GuardSettings:
         """How the round's updates are screened before aggregation (weights, norms' memory, direction)."""
-        return GuardSettings(self.update_count_multiple, self.update_direction, self.update_norm_history)
+        return GuardSettings(
+            self.update_count_multiple, self.update_direction, self.update_norm_history, self.update_quarantine
+        )
 
     def valuation_spec(self, round_number: int) -> ValuationSpec | None:
         """How round `round_number` is valued (seeded per round); None when valuation is off."""

@@ -20,6 +20,9 @@ step leaves alone a round whose updates are alike and acts on an update that sta
    random direction) is turned away as null; when the round's FedAvg still raises the validation loss
    beyond its noise, updates pointing against the descent beyond the tolerance are dropped until it
    does not. Only updates that passed every check enter the memory.
+5. **Reputation** (`reputation`): every update's effect on the validation loss of the round's aggregate
+   is recorded; a member whose updates keep making it worse, beyond the validation set's noise and the
+   federation's own spread, is quarantined (valued, not aggregated) until its updates stop doing so.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from torch import Tensor
 
 from fedsv.fl.referee import Referee
+from fedsv.fl.reputation import Evidence, Reputation, ReputationChange, marginals
 from fedsv.fl.state import fedavg
 from fedsv.fl.update_bounds import BoundedUpdates, NormBound, bound_updates, typical_norm
 from fedsv.fl.update_screen import null_updates, worse_round
@@ -45,11 +49,14 @@ class GuardSettings:
     direction: turn away updates that work against the validation set and the round's other updates.
     history_rounds: past rounds whose accepted norms join the norm bound's median (0: this round's only,
         and a round of two takes their mean, as before the guard).
+    quarantine: hold back (value, not aggregate) the updates of members whose updates keep making the
+        validation loss worse (fedsv.fl.reputation).
     """
 
     count_multiple: float = 3.0
     direction: bool = True
     history_rounds: int = 3
+    quarantine: bool = True
 
     def __post_init__(self) -> None:
         if not (
@@ -76,6 +83,7 @@ class GuardMemory:
 
     norms: deque[list[float]] = field(default_factory=deque)
     lowest: dict[str, tuple[float, float]] = field(default_factory=dict)
+    reputation: Reputation = field(default_factory=Reputation)
 
     def remember(self, accepted: Sequence[float], keep: int) -> None:
         self.norms.append(list(accepted))
@@ -103,7 +111,11 @@ class GuardMemory:
         return min(-MARGIN, middle - SPREAD * spread)
 
     def to_json(self) -> dict[str, object]:
-        return {"norms": list(self.norms), "lowest": {p: list(v) for p, v in sorted(self.lowest.items())}}
+        return {
+            "norms": list(self.norms),
+            "lowest": {p: list(v) for p, v in sorted(self.lowest.items())},
+            "reputation": self.reputation.to_json(),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> GuardMemory:
@@ -113,6 +125,7 @@ class GuardMemory:
         return cls(
             deque([float(n) for n in r] for r in norms),
             {str(p): (float(v[0]), float(v[1])) for p, v in lowest.items()},
+            Reputation.from_json(data.get("reputation")),
         )
 
 
@@ -126,6 +139,9 @@ class GuardedRound:
     turned_away: dict[str, float]  # participant -> its cosine with the descent, rejected for direction
     null: dict[str, float] = field(default_factory=dict)  # the same, turned away as null (free riders)
     worse: dict[str, float] = field(default_factory=dict)  # the same, dropped from a round found worse
+    held: dict[str, float] = field(default_factory=dict)  # quarantined: participant -> its update's effect
+    evidence: dict[str, Evidence] = field(default_factory=dict)  # every update's effect (reputation)
+    reputation: ReputationChange = field(default_factory=ReputationChange)  # who entered or left quarantine
 
 
 def _cosine(a: Tensor, b: Tensor) -> float:
@@ -231,9 +247,15 @@ def guard_updates(
     federation_counts: Sequence[int],
     referee: Referee | None = None,
 ) -> GuardedRound:
-    """Screen a round's updates (in their order): weights capped, the norm bound with memory, then the
-    direction check; the memory learns the accepted norms."""
+    """Screen a round's updates (in their order): quarantined members' held back, weights capped, the norm
+    bound with memory, the direction check and the screens; the memory learns from the kept updates only,
+    and the reputation from every update's effect."""
     weighted, capped = cap_counts(updates, federation_counts, settings.count_multiple)
+    quarantine = memory.reputation.quarantined if settings.quarantine and referee is not None else set()
+    holding = [u for u in weighted if u.participant in quarantine]
+    if len(holding) == len(weighted):  # quarantine never empties a round: screened as usual
+        holding = []
+    weighted = [u for u in weighted if u.participant not in quarantine or not holding]
     guarded_norms = settings.history_rounds > 0  # the norms' memory on: the guard's small-round rule too
     bounded = bound_updates(weighted, norm_rule, memory.past(), smaller_of_few=guarded_norms)
     turned_away: dict[str, float] = {}
@@ -262,4 +284,14 @@ def guard_updates(
     if found is not None:
         for u in kept:
             memory.learn(u.participant, found.descent[u.participant], found.others[u.participant])
-    return GuardedRound(kept, bounded, capped, turned_away, null, worse)
+    evidence: dict[str, Evidence] = {}
+    change = ReputationChange()
+    if settings.quarantine and referee is not None:
+        kept_ids = {u.participant for u in kept}
+        others = [
+            u for u in [*weighted, *holding] if u.participant not in kept_ids and u.participant not in null
+        ]
+        evidence = marginals(referee, kept, others)
+        change = memory.reputation.observe(evidence, sorted(kept_ids))
+    held = {u.participant: evidence[u.participant].effect for u in holding}
+    return GuardedRound(kept, bounded, capped, turned_away, null, worse, held, evidence, change)

@@ -3,51 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping
 
 import pytest
 import torch
-from torch import Tensor
 
 from fedsv.fl.state import fedavg
 from fedsv.fl.update_bounds import NormBound, bound_updates, typical_norm
 from fedsv.fl.update_guard import GuardMemory, GuardSettings, cap_counts, guard_updates
 from fedsv.fl.updates import ClientUpdate
-
-DIM = 2000
-"""Parameters of the toy model: in 200, the weakest honest signals below (cosine 0.2 with the descent)
-would lie within the band of a random direction, and be taken for free riders (update_screen)."""
-
-
-class Quadratic:
-    """A referee whose loss is ||w_t + delta - target||^2: its descent points at the target."""
-
-    def __init__(self, target: Tensor) -> None:
-        self.target = target
-
-    def descent(self) -> dict[str, Tensor]:
-        return {"w": 2 * self.target}
-
-    def loss(self, delta: Mapping[str, Tensor]) -> float:
-        return float(((delta["w"] - self.target) ** 2).sum())
-
-    def losses(self, delta: Mapping[str, Tensor]) -> Tensor:
-        """Per coordinate, scaled so that their mean is `loss`."""
-        return DIM * (delta["w"] - self.target) ** 2
-
-
-def _honest(rng: torch.Generator, target: Tensor, pid: str, signal: float, count: int = 100) -> ClientUpdate:
-    """A step towards the target (a share `signal` of it) plus noise of about the same norm."""
-    noise = torch.randn(DIM, generator=rng, dtype=torch.float64)
-    step = signal * target + 0.3 * noise * target.norm() / math.sqrt(DIM)
-    return ClientUpdate(pid, {"w": step}, count)
-
-
-def _round(seed: int, m: int, signal: float = 0.3) -> tuple[list[ClientUpdate], Quadratic]:
-    rng = torch.Generator().manual_seed(seed)
-    target = torch.randn(DIM, generator=rng, dtype=torch.float64)
-    return [_honest(rng, target, f"p{i:03d}", signal) for i in range(m)], Quadratic(target)
+from tests.support.toy_referee import DIM, toy_round
 
 
 def test_weights_are_capped_at_a_multiple_of_the_federations_median_count() -> None:
@@ -72,7 +36,7 @@ def test_two_updates_and_no_history_the_smaller_sets_the_bound() -> None:
 @pytest.mark.parametrize("attack", ["flip", "minus3", "reversed_heavy"])
 @pytest.mark.parametrize("m", [2, 3, 5])
 def test_an_update_against_the_referee_and_the_round_is_turned_away(attack: str, m: int) -> None:
-    updates, referee = _round(seed=m, m=m)
+    updates, referee = toy_round(seed=m, m=m)
     memory = GuardMemory()
     settings = GuardSettings()
     victim = updates[-1]
@@ -96,7 +60,7 @@ def test_honest_rounds_stay_fedavg_over_many_rounds_and_participants() -> None:
     memory = GuardMemory()
     for seed in range(60):
         m = 2 + seed % 9
-        updates, referee = _round(seed, m, signal=0.05 + 0.01 * (seed % 30))
+        updates, referee = toy_round(seed, m, signal=0.05 + 0.01 * (seed % 30))
         guarded = guard_updates(
             updates, NormBound(policy="reject"), GuardSettings(), memory, [100] * 12, referee
         )
@@ -107,7 +71,7 @@ def test_honest_rounds_stay_fedavg_over_many_rounds_and_participants() -> None:
 @pytest.mark.parametrize("rider", ["zero", "noise", "noise at the honest norm", "zero, 10^7 declared"])
 @pytest.mark.parametrize("m", [2, 3, 5])
 def test_a_free_riders_null_update_is_turned_away(rider: str, m: int) -> None:
-    updates, referee = _round(seed=10 + m, m=m)
+    updates, referee = toy_round(seed=10 + m, m=m)
     honest_norm = float(updates[0].delta["w"].norm())
     noise = torch.randn(DIM, generator=torch.Generator().manual_seed(m), dtype=torch.float64)
     null = {
@@ -128,7 +92,7 @@ def test_a_free_riders_null_update_is_turned_away(rider: str, m: int) -> None:
 
 def test_a_round_of_only_null_updates_moves_nothing_and_keeps_one() -> None:
     zeros = [ClientUpdate(f"p{i}", {"w": torch.zeros(DIM, dtype=torch.float64)}, 100) for i in range(3)]
-    _, referee = _round(seed=3, m=3)
+    _, referee = toy_round(seed=3, m=3)
     guarded = guard_updates(zeros, NormBound(), GuardSettings(), GuardMemory(), [100] * 3, referee)
     assert guarded.updates == zeros and not guarded.null  # never all: the aggregate is w_t
 
@@ -142,7 +106,7 @@ def test_colluders_that_agree_with_each_other_are_dropped_when_their_round_is_wo
     so the direction check passes them, but the round's FedAvg is worse than w_t and theirs point away
     from the descent. They are dropped until the round is not worse (three of five may leave one, whose
     weight then only slows the honest step); no honest update is."""
-    updates, referee = _round(seed=20 + m, m=m)
+    updates, referee = toy_round(seed=20 + m, m=m)
     honest = updates[: m - colluders]
     mean = torch.stack([u.delta["w"] for u in honest]).mean(0)
     attack = -3 * mean
@@ -163,13 +127,13 @@ def test_colluders_that_agree_with_each_other_are_dropped_when_their_round_is_wo
 def test_a_round_worse_for_updates_along_the_descent_is_left_alone() -> None:
     """Every update overshoots the target (2.5x its step): the round is worse than w_t, but nothing
     points against the descent, so nothing is dropped (a skewed or too-large honest round)."""
-    updates, referee = _round(seed=5, m=4, signal=2.5)
+    updates, referee = toy_round(seed=5, m=4, signal=2.5)
     guarded = guard_updates(updates, NormBound(), GuardSettings(), GuardMemory(), [100] * 4, referee)
     assert guarded.updates == updates and not guarded.worse
 
 
 def test_at_least_one_update_remains_and_direction_can_be_turned_off() -> None:
-    updates, referee = _round(seed=1, m=3)
+    updates, referee = toy_round(seed=1, m=3)
     flipped = [ClientUpdate(u.participant, {"w": -u.delta["w"]}, u.num_samples) for u in updates]
     guarded = guard_updates(flipped, NormBound(), GuardSettings(), GuardMemory(), [100] * 3, referee)
     assert len(guarded.updates) >= 1
