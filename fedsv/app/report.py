@@ -15,7 +15,7 @@ from fedsv.app.report_figures import plot_classes, plot_values
 from fedsv.app.run_dirs import resolve_run
 from fedsv.coordinator.config import RunConfig
 from fedsv.fl.ranks import participant_id
-from fedsv.ledger import Ledger, RoundRecord, UpdateRow, ValueRow, federated_valuation
+from fedsv.ledger import EffectRow, Ledger, RoundRecord, UpdateRow, ValueRow, federated_valuation
 from fedsv.valuation.rounds import TOTAL_KEYS
 from fedsv.valuation.valuation_noise import COMPONENTS
 from fedsv.valuation.verdict import differ, verdict
@@ -35,6 +35,7 @@ CSV_COLUMNS = (
     "participant",
     "rounds_selected",
     "rounds_refused",
+    "rounds_quarantined",
     "num_samples",
     *TOTAL_KEYS,
     *(f"{key}_stderr" for key in TOTAL_KEYS),
@@ -67,7 +68,9 @@ def _world(config: dict[str, Any]) -> list[str] | None:
     return [participant_id(r) for r in range(count)] if isinstance(count, int) and count > 0 else None
 
 
-def _round_entry(rec: RoundRecord, rows: list[ValueRow], updates: list[UpdateRow]) -> dict[str, Any]:
+def _round_entry(
+    rec: RoundRecord, rows: list[ValueRow], updates: list[UpdateRow], effects: list[EffectRow]
+) -> dict[str, Any]:
     return {
         "round": rec.round,
         "selected": rec.selected,
@@ -84,6 +87,8 @@ def _round_entry(rec: RoundRecord, rows: list[ValueRow], updates: list[UpdateRow
         "absent": {pid: rec.absence(pid) for pid in rec.selected if rec.absence(pid) is not None},
         "loo": {r.participant: r.loo for r in rows},
         "num_samples": {u.participant: u.num_samples for u in updates},
+        # the guard's reputation evidence: each update's effect on the round's validation loss
+        "effects": {e.participant: {"effect": e.effect, "stderr": e.stderr} for e in effects},
         "method": rec.method,
         "valuation_seconds": rec.valuation_seconds,
         "utility_evaluations": rec.evaluations,
@@ -107,7 +112,7 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         run = ledger.run_config()
         records, rows, traffic_rows = ledger.rounds(), ledger.values(), ledger.traffic()
         updates, class_rows, fold_rows = ledger.updates(), ledger.class_values(), ledger.fold_values()
-        initial = ledger.initial_scores()
+        initial, effects = ledger.initial_scores(), ledger.effects()
     if run is None:
         raise ValueError(f"{path} records no run yet")
     # every participant the run had, and any selected (in a round not valued yet too)
@@ -122,6 +127,9 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     updates_of: dict[int, list[UpdateRow]] = {rec.round: [] for rec in records}
     for update in updates:
         updates_of.setdefault(update.round, []).append(update)
+    effects_of: dict[int, list[EffectRow]] = {rec.round: [] for rec in records}
+    for effect in effects:
+        effects_of.setdefault(effect.round, []).append(effect)
     traffic: dict[str, dict[str, dict[str, int]]] = {}
     for t in traffic_rows:
         cell = traffic.setdefault(t.rpc, {}).setdefault(t.direction, {"bytes": 0, "messages": 0})
@@ -134,7 +142,10 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     return {
         "run_id": run[0],
         "config": run[1],
-        "rounds": [_round_entry(rec, rows_of[rec.round], updates_of[rec.round]) for rec in records],
+        "rounds": [
+            _round_entry(rec, rows_of[rec.round], updates_of[rec.round], effects_of[rec.round])
+            for rec in records
+        ],
         "recommended": RECOMMENDED,
         "totals": values.totals,
         "stderr": values.stderr,
@@ -246,12 +257,15 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     recommended = report.get("recommended", "fedsv")
     selected: dict[str, int] = {}
     refused: dict[str, int] = {}
+    quarantined: dict[str, int] = {}
     samples: dict[str, int] = {}  # the count each declared in the last round it was aggregated in
     for entry in report["rounds"]:
         for pid in entry["selected"]:
             selected[pid] = selected.get(pid, 0) + 1
-        for pid in entry.get("absent", {}):
+        for pid, why in entry.get("absent", {}).items():
             refused[pid] = refused.get(pid, 0) + 1
+            if why == "quarantined":
+                quarantined[pid] = quarantined.get(pid, 0) + 1
         samples.update(entry.get("num_samples", {}))
     ids = list(dict.fromkeys([*report["summary"]["participants"], *selected, *totals["fedsv"]]))
     groups = report.get("verdict", {}).get("groups", [])
@@ -266,6 +280,7 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             "participant": pid,
             "rounds_selected": selected.get(pid, 0),
             "rounds_refused": refused.get(pid, 0),
+            "rounds_quarantined": quarantined.get(pid, 0),
             "num_samples": samples.get(pid),
         }
         | {key: total(key, pid) for key in TOTAL_KEYS}

@@ -142,11 +142,23 @@ def _run_section(report: dict[str, Any]) -> str:
     )
 
 
+def _effect(effect: Any) -> str:
+    """The guard's evidence on an update it did not aggregate: the validation loss's change had it been."""
+    if not isinstance(effect, dict) or not isinstance(effect.get("effect"), int | float):
+        return ""
+    return f": validation loss {_e(format(effect['effect'], '+.4f'))} if aggregated"
+
+
 def _guard_section(report: dict[str, Any]) -> str:
     rows = []
     for entry in report["rounds"]:
-        absent = entry.get("absent", {})
-        refused = ", ".join(f"{_e(pid)} ({_e(reason)})" for pid, reason in absent.items()) or "none"
+        absent, effects = entry.get("absent", {}), entry.get("effects", {})
+        refused = (
+            ", ".join(
+                f"{_e(pid)} ({_e(reason)}{_effect(effects.get(pid))})" for pid, reason in absent.items()
+            )
+            or "none"
+        )
         selected = ", ".join(f"<a href='#member-{_e(pid)}'>{_e(pid)}</a>" for pid in entry["selected"])
         rows.append(
             f"<tr><td>{entry['round']}</td><td>{_e(entry.get('status', ''))}</td><td>{selected}</td>"

@@ -88,6 +88,8 @@ def format_table(report: dict[str, Any]) -> str:
     corrupted = summary.get("corrupted", {})
     for row in ranked:
         mark = f"  (corrupted: {corrupted[row['participant']]})" if row["participant"] in corrupted else ""
+        if row.get("rounds_quarantined"):
+            mark += f"  (quarantined in {row['rounds_quarantined']} rounds)"
         samples = "-" if row["num_samples"] is None else str(row["num_samples"])
         rank = f"{row['rank']:>4}{'~' if row['separated_from_next'] is False else ' '}"
         group = "-" if row["group"] is None else str(row["group"])

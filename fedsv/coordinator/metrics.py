@@ -61,6 +61,12 @@ class CoordinatorMetrics:
         self.updates_rejected = Counter(
             "fedsv_updates_rejected", "RPCs/updates refused", ["reason"], registry=r
         )
+        self.participant_quarantined = Gauge(
+            "fedsv_participant_quarantined",
+            "1 while the participant is quarantined (its updates valued, not aggregated), else 0",
+            ["participant"],
+            registry=r,
+        )
         self.awaiting_request = Gauge(
             "fedsv_calls_awaiting_request", "Open calls whose request has not arrived yet", registry=r
         )

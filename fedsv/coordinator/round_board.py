@@ -13,6 +13,7 @@ from torch import Tensor
 
 from fedsv.coordinator.run_end import RunEnd
 from fedsv.coordinator.sessions import ParticipantInfo, Rejected
+from fedsv.fl.reputation import Evidence
 from fedsv.fl.updates import ClientUpdate
 from fedsv.wire.v1 import fedsv_pb2
 
@@ -36,6 +37,7 @@ class OpenRound:
     train_seeds: dict[str, int]
     received: dict[str, ReceivedUpdate] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # selected participant -> why it was refused
+    effects: dict[str, Evidence] = field(default_factory=dict)  # the guard's reputation evidence
     closed: bool = False
     chosen: frozenset[str] = field(init=False, repr=False)  # `selected` as a set: O(1) lookups
 

@@ -14,6 +14,7 @@ from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.traffic import TrafficCounter
 from fedsv.ledger import (
     Checkpoint,
+    EffectRow,
     Ledger,
     RoundRecord,
     RoundTimes,
@@ -106,9 +107,13 @@ class RoundCommitter:
         ]
         if result.pending is not None:
             self.store.save(result.pending)
+        effects = [
+            EffectRow(number, pid, e.effect, e.stderr, pid in closed.received)
+            for pid, e in sorted(closed.effects.items())
+        ]
         checkpoint = Checkpoint(number, encode_params(result.params), rng_state, extra)
         rows, classes = ([], []) if values is None else (value_rows(values), class_rows(values))
-        self.ledger.commit_round(record, rows, traffic_rows, checkpoint, updates, classes)
+        self.ledger.commit_round(record, rows, traffic_rows, checkpoint, updates, classes, effects)
         if values is None or values.method == "none":  # nothing valued: no value gauge is set to 0
             self.metrics.observe_training(record)
         else:

@@ -26,7 +26,7 @@ from fedsv.fl.evaluation import evaluate
 from fedsv.fl.ranks import participant_id
 from fedsv.fl.referee import ValidationReferee
 from fedsv.fl.selection import select_ranks, train_seed
-from fedsv.fl.update_guard import guard_updates
+from fedsv.fl.update_guard import GuardedRound, guard_updates
 from fedsv.fl.updates import ClientUpdate
 from fedsv.ledger import TestScore
 from fedsv.valuation.round_valuation import GameSettings
@@ -68,6 +68,8 @@ class RoundLoop:
             self.rng.bit_generator.state = progress.rng_state
         self.schedule = run.schedule()
         self.guard = progress.guard
+        for pid in self.guard.reputation.quarantined:  # resumed in quarantine
+            metrics.participant_quarantined.labels(participant=pid).set(1)
 
     def run(self) -> RunEnd:
         """Run the remaining rounds. With pipelined valuation the run is finished once every round also
@@ -207,6 +209,7 @@ class RoundLoop:
             **dict.fromkeys(guarded.turned_away, "direction_rejected"),
             **dict.fromkeys(guarded.null, "null_update"),
             **dict.fromkeys(guarded.worse, "round_worse"),
+            **dict.fromkeys(guarded.held, "quarantined"),
         }
         for pid, reason in reasons.items():
             del closed.received[pid]
@@ -246,7 +249,33 @@ class RoundLoop:
                     said[reason],
                     cosine,
                 )
+        closed.effects = guarded.evidence
+        self._report_reputation(closed.round, guarded)
         return guarded.updates
+
+    def _report_reputation(self, number: int, guarded: GuardedRound) -> None:
+        """Quarantine in the logs and the metrics: who is held back, who entered or left quarantine."""
+        for pid, effect in guarded.held.items():
+            self.metrics.reject("quarantined")
+            logger.warning(
+                "round %d: %s is quarantined: its update (validation loss %+.4g if aggregated) is valued, "
+                "not aggregated",
+                number,
+                pid,
+                effect,
+            )
+        for pid, score in guarded.reputation.quarantined.items():
+            self.metrics.participant_quarantined.labels(participant=pid).set(1)
+            logger.warning(
+                "round %d: %s quarantined from the next round: its last updates made the validation loss "
+                "worse by %.1f standard errors",
+                number,
+                pid,
+                score,
+            )
+        for pid, score in guarded.reputation.readmitted.items():
+            self.metrics.participant_quarantined.labels(participant=pid).set(0)
+            logger.info("round %d: %s readmitted (its updates in quarantine score %.1f)", number, pid, score)
 
 
 __all__ = ["RoundLoop"]

@@ -5,6 +5,7 @@ from fedsv.ledger.checkpoint import Checkpoint, decode_params, encode_params
 from fedsv.ledger.checks import LedgerError
 from fedsv.ledger.records import (
     ClassValueRow,
+    EffectRow,
     FoldValueRow,
     RoundRecord,
     RoundStatus,
@@ -20,6 +21,7 @@ __all__ = [
     "LEDGER_FILE",
     "Checkpoint",
     "ClassValueRow",
+    "EffectRow",
     "FoldValueRow",
     "Ledger",
     "LedgerError",

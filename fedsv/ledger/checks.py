@@ -6,7 +6,15 @@ import math
 from collections.abc import Sequence
 
 from fedsv.ledger.checkpoint import Checkpoint
-from fedsv.ledger.records import ClassValueRow, FoldValueRow, RoundRecord, TrafficRow, UpdateRow, ValueRow
+from fedsv.ledger.records import (
+    ClassValueRow,
+    EffectRow,
+    FoldValueRow,
+    RoundRecord,
+    TrafficRow,
+    UpdateRow,
+    ValueRow,
+)
 
 
 class LedgerError(Exception):
@@ -48,6 +56,22 @@ def check_commit(
         raise LedgerError(f"round {n}: the checkpoint needs bytes global_params and str rng_state")
     if not isinstance(checkpoint.extra, str):
         raise LedgerError(f"round {n}: the checkpoint's extra must be a JSON string")
+
+
+def check_effects(record: RoundRecord, effects: Sequence[EffectRow]) -> None:
+    """Each effect row of this round, of a selected participant, finite, aggregated as the record says."""
+    for row in effects:
+        numbers_ok = (
+            all(isinstance(v, int | float) and math.isfinite(v) for v in (row.effect, row.stderr))
+            and row.stderr >= 0
+        )
+        if (
+            row.round != record.round
+            or row.participant not in record.selected
+            or not numbers_ok
+            or bool(row.aggregated) != (row.participant in record.received)
+        ):
+            raise LedgerError(f"round {record.round}: bad effect row {row}")
 
 
 def check_updates(record: RoundRecord, updates: Sequence[UpdateRow]) -> None:

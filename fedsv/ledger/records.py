@@ -142,6 +142,19 @@ class TrafficRow:
 
 
 @dataclass(frozen=True)
+class EffectRow:
+    """An update's effect on the validation loss of its round's aggregate, as the guard's reputation
+    measured it (fedsv.fl.reputation): leave-one-out where it was aggregated, add-one where it was not
+    (turned away, or quarantined: valued, not aggregated)."""
+
+    round: int
+    participant: str
+    effect: float  # the change of the mean validation loss (positive: worse)
+    stderr: float  # over the validation samples
+    aggregated: bool
+
+
+@dataclass(frozen=True)
 class UpdateRow:
     """An update a round aggregated: the sample count its participant declared (its FedAvg weight)."""
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from fedsv.ledger.records import FoldValueRow, RoundRecord, RoundStatus, ValueRow
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """Version 2 added the updates table (each aggregated update's sample count) and the rounds' valued_at
 (when a round's values were committed: valuation may run behind the rounds). Version 3 added the
 rounds' status (pending, valued, not_valued), which older files spell as the method "pending" or
@@ -17,7 +17,8 @@ largest (rounds.max_stderr); older rows read as not recorded (NULL), those of ex
 Version 5 added the values per validation label (class_values). Version 6 added each round's refused
 updates with their reasons (rounds.refused), the values per validation fold (fold_values) and each
 label value's validation error (class_values.validation). Version 7 added the validation scores of
-other initial models (initial_scores: valuation/initial_spread.py). A coordinator migrates an older file
+other initial models (initial_scores: valuation/initial_spread.py). Version 8 added each update's effect
+on its round's validation loss (update_effects: the guard's reputation, fedsv/fl/reputation.py). A coordinator migrates an older file
 when it opens it (MIGRATIONS); a reader reads it as is (round_columns)."""
 
 STRICT = " STRICT" if sqlite3.sqlite_version_info >= (3, 37, 0) else ""
@@ -51,6 +52,11 @@ _FOLD_VALUES_TABLE = (
     "fold INTEGER NOT NULL CHECK (fold >= 0), share REAL NOT NULL, fedsv REAL NOT NULL, loo REAL NOT NULL, "
     f"PRIMARY KEY (round, participant, fold)){STRICT}"
 )
+_EFFECTS_TABLE = (
+    "CREATE TABLE update_effects (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
+    "effect REAL NOT NULL, stderr REAL NOT NULL, aggregated INTEGER NOT NULL CHECK (aggregated IN (0, 1)), "
+    f"PRIMARY KEY (round, participant)){STRICT}"
+)
 _INITIAL_SCORES_TABLE = f"CREATE TABLE initial_scores (seed INTEGER PRIMARY KEY, score REAL NOT NULL){STRICT}"
 CREATE = [
     f"CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL){STRICT}",
@@ -70,6 +76,7 @@ CREATE = [
     _CLASS_VALUES_TABLE,
     _FOLD_VALUES_TABLE,
     _INITIAL_SCORES_TABLE,
+    _EFFECTS_TABLE,
 ]
 
 _STATUS_OF_METHOD = (
@@ -113,6 +120,10 @@ def _to_7(conn: sqlite3.Connection) -> None:
     conn.execute(_INITIAL_SCORES_TABLE)
 
 
+def _to_8(conn: sqlite3.Connection) -> None:
+    conn.execute(_EFFECTS_TABLE)
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _to_2,
     2: _to_3,
@@ -120,6 +131,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     4: _to_5,
     5: _to_6,
     6: _to_7,
+    7: _to_8,
 }
 """version -> the step that brings a file of that version to the next."""
 

@@ -13,10 +13,18 @@ from typing import Any
 
 from fedsv.ledger import schema
 from fedsv.ledger.checkpoint import Checkpoint
-from fedsv.ledger.checks import LedgerError, check_classes, check_commit, check_updates, check_values
+from fedsv.ledger.checks import (
+    LedgerError,
+    check_classes,
+    check_commit,
+    check_effects,
+    check_updates,
+    check_values,
+)
 from fedsv.ledger.connection import LedgerFile
 from fedsv.ledger.records import (
     ClassValueRow,
+    EffectRow,
     FoldValueRow,
     RoundRecord,
     RoundStatus,
@@ -103,6 +111,7 @@ class Ledger(LedgerFile):
         checkpoint: Checkpoint,
         updates: Sequence[UpdateRow] = (),
         classes: Sequence[SplitRow] = (),
+        effects: Sequence[EffectRow] = (),
     ) -> None:
         """Write the round, its values (and values per label) and traffic and the checkpoint in ONE
         transaction: all or nothing.
@@ -113,6 +122,7 @@ class Ledger(LedgerFile):
         self._writable()
         check_commit(record, values, traffic, checkpoint)
         check_updates(record, updates)
+        check_effects(record, effects)
         check_classes(record.round, record.received, classes)
         row = [
             json.dumps(v)
@@ -136,6 +146,10 @@ class Ledger(LedgerFile):
                 )
                 conn.executemany("INSERT INTO updates VALUES (?, ?, ?, ?)", map(dataclasses.astuple, updates))
                 self._insert_classes(conn, classes)
+                conn.executemany(
+                    "INSERT INTO update_effects VALUES (?, ?, ?, ?, ?)",
+                    [(e.round, e.participant, e.effect, e.stderr, int(e.aggregated)) for e in effects],
+                )
                 self._save_checkpoint(conn, checkpoint)
         except sqlite3.Error as exc:
             raise LedgerError(f"round {record.round} not recorded: {exc}") from exc
@@ -260,6 +274,14 @@ class Ledger(LedgerFile):
             return []
         return [UpdateRow(*r) for r in self._query("SELECT * FROM updates ORDER BY round, participant")]
 
+    def effects(self) -> list[EffectRow]:
+        """Every update's effect on its round's validation loss, by round and participant (none before
+        schema 8)."""
+        if self._version < 8:
+            return []
+        rows = self._query("SELECT * FROM update_effects ORDER BY round, participant")
+        return [EffectRow(r, p, e, s, bool(a)) for r, p, e, s, a in rows]
+
     def traffic(self) -> list[TrafficRow]:
         return [TrafficRow(*r) for r in self._query("SELECT * FROM traffic ORDER BY round, rpc, direction")]
 
@@ -272,6 +294,7 @@ class Ledger(LedgerFile):
             "orphan traffic": orphans.format("traffic"),
             "orphan values per label": orphans.format("class_values") if self._version >= 5 else "SELECT 1",
             "orphan values per fold": orphans.format("fold_values") if self._version >= 6 else "SELECT 1",
+            "orphan effects": orphans.format("update_effects") if self._version >= 8 else "SELECT 1",
             "checkpoint of the last round": "SELECT (SELECT max(round) FROM rounds) IS "
             "(SELECT round FROM checkpoint WHERE id = 1)",
         }

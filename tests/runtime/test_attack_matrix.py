@@ -47,8 +47,12 @@ def _final_accuracy(
     proc = launch(out, settings, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
-        rounds = ledger.rounds()
+        rounds, effects = ledger.rounds(), ledger.effects()
     assert [r.round for r in rounds] == list(range(1, 9))
+    for r in rounds:  # the guard's evidence on every update (reputation): the aggregated ones and the others
+        mine = [e for e in effects if e.round == r.round]
+        assert {e.participant for e in mine if e.aggregated} == set(r.received), (r, mine)
+        assert {e.participant for e in mine if not e.aggregated} <= set(r.refused), (r, mine)
     return rounds[-1].test_accuracy, [(r.selected, r.received) for r in rounds]
 
 

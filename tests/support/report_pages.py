@@ -9,7 +9,9 @@ def made_up_report(ids: list[str]) -> dict[str, object]:
     values = {pid: 0.01 * (k + 1) for k, pid in enumerate(ids)}
     rounds = [
         {
-            "round": t, "selected": ids, "received": ids[1:], "absent": {ids[0]: "null_update"},
+            "round": t, "selected": ids, "received": ids[1:],
+            "absent": {ids[0]: "null_update" if t == 1 else "quarantined"},
+            "effects": {ids[0]: {"effect": 0.25, "stderr": 0.01}} if t == 2 else {},
             "values": {pid: values[pid] for pid in ids[1:]}, "status": "valued",
             "test_accuracy": 0.5 + 0.1 * t,
         }

@@ -13,6 +13,7 @@ import pytest
 
 from fedsv.ledger import (
     Checkpoint,
+    EffectRow,
     Ledger,
     LedgerError,
     RoundRecord,
@@ -201,9 +202,49 @@ def test_update_rows_record_each_aggregated_count(ledger: Ledger) -> None:
     assert [r.round for r in ledger.rounds()] == [1]
 
 
+def test_update_effects_are_kept_with_their_round_and_checked(ledger: Ledger) -> None:
+    """The guard's evidence: every update's effect on the round's validation loss, aggregated or not
+    (p002 was selected, not aggregated: quarantined)."""
+    record = make_record(1)
+    values, traffic = make_rows(record)
+    effects = [EffectRow(1, "p000", -0.01, 0.002, True), EffectRow(1, "p002", 0.3, 0.01, False)]
+    ledger.commit_round(record, values, traffic, Checkpoint(1, b"p", "{}"), effects=effects)
+    assert ledger.effects() == effects and ledger.integrity_ok()
+    bad_record = make_record(2)
+    bad_values, bad_traffic = make_rows(bad_record)
+    for row in (
+        EffectRow(2, "p009", 0.1, 0.01, False),  # not selected
+        EffectRow(2, "p000", math.nan, 0.01, True),
+        EffectRow(2, "p000", 0.1, -1.0, True),
+        EffectRow(2, "p002", 0.1, 0.01, True),  # not aggregated, yet said to be
+        EffectRow(3, "p000", 0.1, 0.01, True),
+    ):
+        with pytest.raises(LedgerError, match="bad effect row"):
+            ledger.commit_round(bad_record, bad_values, bad_traffic, Checkpoint(2, b"p", "{}"), effects=[row])
+    assert [r.round for r in ledger.rounds()] == [1]
+
+
+def test_a_schema_7_ledger_reads_no_effects_and_migrates(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        commit(ledger, 1)
+    _downgrade(path, 7)
+    with Ledger(path, read_only=True) as reader:
+        assert reader.effects() == [] and reader.integrity_ok()
+    with Ledger(path) as ledger:
+        record = make_record(2)
+        values, traffic = make_rows(record)
+        effect = EffectRow(2, "p001", 0.0, 0.0, True)
+        ledger.commit_round(record, values, traffic, Checkpoint(2, b"p", "{}"), effects=[effect])
+        assert ledger.effects() == [effect]
+
+
 def _downgrade(path: Path, version: int) -> None:
     """Make a current ledger look like what a coordinator of schema `version` left."""
     with sqlite3.connect(path) as conn:
+        if version < 8:  # no update effects
+            conn.execute("DROP TABLE update_effects")
         if version < 7:  # no initial scores
             conn.execute("DROP TABLE initial_scores")
         if version < 6:  # no refusals, no values per fold, no validation error per label

@@ -23,8 +23,10 @@ def test_every_section_and_member_is_on_a_page_that_fetches_nothing() -> None:
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text)
     figures = json.loads(re.search(r"const FIGURES = (.*?); const PAYOUT", text, re.S).group(1))  # type: ignore[union-attr]
     assert set(figures) == {"fig-accuracy", "fig-values", "fig-cumulative", "fig-labels"}
-    # the first round refused p000 as null: the guard's section says so
+    # the first round refused p000 as null, the second held it back in quarantine: the guard's section
+    # says so, with what its update would have done
     assert "p000</a>" in text and "(null_update)" in text
+    assert "(quarantined: validation loss +0.2500 if aggregated)" in text
 
 
 def test_untrusted_strings_never_reach_the_page_as_markup() -> None:
