@@ -313,7 +313,10 @@ class RunConfig:
     def guard(self) -> GuardSettings:
         """How the round's updates are screened before aggregation (weights, norms' memory, direction)."""
         return GuardSettings(
-            self.update_count_multiple, self.update_direction, self.update_norm_history, self.update_quarantine
+            self.update_count_multiple,
+            self.update_direction,
+            self.update_norm_history,
+            self.update_quarantine,
         )
 
     def valuation_spec(self, round_number: int) -> ValuationSpec | None:

@@ -17,9 +17,10 @@ largest (rounds.max_stderr); older rows read as not recorded (NULL), those of ex
 Version 5 added the values per validation label (class_values). Version 6 added each round's refused
 updates with their reasons (rounds.refused), the values per validation fold (fold_values) and each
 label value's validation error (class_values.validation). Version 7 added the validation scores of
-other initial models (initial_scores: valuation/initial_spread.py). Version 8 added each update's effect
-on its round's validation loss (update_effects: the guard's reputation, fedsv/fl/reputation.py). A coordinator migrates an older file
-when it opens it (MIGRATIONS); a reader reads it as is (round_columns)."""
+other initial models (initial_scores: valuation/initial_spread.py). Version 8 added each update's
+effect on its round's validation loss (update_effects: the guard's reputation, fedsv/fl/reputation.py).
+A coordinator migrates an older file when it opens it (MIGRATIONS); a reader reads it as is
+(round_columns)."""
 
 STRICT = " STRICT" if sqlite3.sqlite_version_info >= (3, 37, 0) else ""
 ROUND_FIELDS = [(f.name, str(f.type)) for f in dataclasses.fields(RoundRecord)]
@@ -53,8 +54,9 @@ _FOLD_VALUES_TABLE = (
     f"PRIMARY KEY (round, participant, fold)){STRICT}"
 )
 _EFFECTS_TABLE = (
-    "CREATE TABLE update_effects (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
-    "effect REAL NOT NULL, stderr REAL NOT NULL, aggregated INTEGER NOT NULL CHECK (aggregated IN (0, 1)), "
+    "CREATE TABLE update_effects (round INTEGER NOT NULL REFERENCES rounds(round), "
+    "participant TEXT NOT NULL, effect REAL NOT NULL, stderr REAL NOT NULL, "
+    "aggregated INTEGER NOT NULL CHECK (aggregated IN (0, 1)), "
     f"PRIMARY KEY (round, participant)){STRICT}"
 )
 _INITIAL_SCORES_TABLE = f"CREATE TABLE initial_scores (seed INTEGER PRIMARY KEY, score REAL NOT NULL){STRICT}"
