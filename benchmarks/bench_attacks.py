@@ -1,6 +1,6 @@
 """The attack matrix: accuracy lost to dishonest participants, and what free riders earn, under the defaults.
 
-Usage: python benchmarks/bench_attacks.py [--part single riders colluders honest] [--seeds 0 1] [--rounds 8]
+Usage: python benchmarks/bench_attacks.py [--part single riders colluders honest] [--seeds 0 1 2] [--rounds 8]
 
 Trains federations on the embedded MNIST sample (5 epochs, batch 10) in this process with the same
 seeded draws, local training, guard and aggregation as `fedsv launch` (`fedsv.app.demo`), so the
@@ -14,13 +14,19 @@ Each accuracy cell is its run's final test accuracy minus the honest run's (same
   accuracy lost, its rounds refused of selected, its FedSV and recommended value (fedsv_shrunk) and its
   share of a payout with negative values paid nothing.
 - colluders: 2 or 3 colluders (the first ranks after rank 0) sending -3x their update, or its sign
-  flip (that direction at their own norm), among 6 (3 selected), 10 (5) and 20 (5).
-- honest: no attacker; updates the guard refused (it must be 0) and the final accuracy.
+  flip (that direction at their own norm), among 6 (3 selected), 10 (5) and 20 (5). Each attack is
+  compared with the honest run and with the same federation whose colluders withhold their data (send
+  nothing, turned away as null): in a two-class non-IID federation the colluders' own classes are
+  missing from training whatever the guard does, so the attack's own cost is the second difference.
+  Members quarantined (fedsv.fl.reputation) are counted.
+- honest: no attacker; updates the guard refused and members quarantined (both must be 0) and the final
+  accuracy.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,7 +52,13 @@ RIDERS = {
     "replay, 10^7 declared": "replay+count:10000000",
 }
 COLLUDE = {"-3x": "scale:-3", "sign flip": "scale:-1"}
-FEDERATIONS = [(6, 0.5, 2), (10, 0.5, 3), (20, 0.25, 2), (20, 0.25, 3)]  # members, fraction, colluders
+FEDERATIONS = [
+    (6, 0.5, 2),
+    (10, 0.5, 2),
+    (10, 0.5, 3),
+    (20, 0.25, 2),
+    (20, 0.25, 3),
+]  # members, fraction, colluders
 HONEST = [(6, 0.5), (20, 0.5), (50, 0.2)]
 BEFORE: dict[str, Any] = {**UNGUARDED, "update_norm_policy": "clip"}
 
@@ -61,12 +73,27 @@ def settings_of(members: int, fraction: float, rounds: int, seed: int, partition
 
 def final_accuracy(settings: dict[str, Any]) -> tuple[float, int]:
     """The run's final test accuracy and how many updates the guard refused."""
+    run = guarded_run(settings)
+    return run.accuracy, run.refused
+
+
+@dataclass(frozen=True)
+class GuardedRun:
+    """A run's final test accuracy, the updates the guard refused and the members it quarantined."""
+
+    accuracy: float
+    refused: int
+    quarantined: set[str]
+
+
+def guarded_run(settings: dict[str, Any]) -> GuardedRun:
     config = DemoConfig(**settings)
-    accuracies, refused = [], 0
+    accuracies, refused, quarantined = [], 0, set()
     for trained, accuracy in demo_rounds(config):
         accuracies.append(accuracy)
         refused += config.selected_per_round - len(trained.updates)
-    return accuracies[-1], refused
+        quarantined.update(trained.quarantined)
+    return GuardedRun(accuracies[-1], refused, quarantined)
 
 
 def single(seeds: list[int], rounds: int) -> None:
@@ -133,17 +160,23 @@ def colluders(seeds: list[int], rounds: int) -> None:
                 base = settings_of(members, fraction, rounds, seed, partition)
                 honest, _ = final_accuracy(base)
                 ranks = f"1-{count}"
-                lost = [
-                    final_accuracy({**base, "corrupt": f"{ranks}={spec}"})[0] - honest
-                    for spec in COLLUDE.values()
-                ]
+                withheld, _ = final_accuracy({**base, "corrupt": f"{ranks}=scale:0"})
+                cells = []
+                for spec in COLLUDE.values():
+                    run = guarded_run({**base, "corrupt": f"{ranks}={spec}"})
+                    cells += [
+                        f"{run.accuracy - honest:+.3f}",
+                        f"{run.accuracy - withheld:+.3f}",
+                        str(len(run.quarantined)),
+                    ]
                 selected = max(1, round(fraction * members))
                 rows.append([
                     f"{count} of {members}", str(selected), partition, str(seed), f"{honest:.3f}",
-                    *(f"{d:+.3f}" for d in lost),
+                    f"{withheld - honest:+.3f}", *cells,
                 ])  # fmt: skip
                 print(" ".join(rows[-1]), flush=True)
-    print_table(["colluders", "selected", "partition", "seed", "honest acc.", *COLLUDE], rows)
+    attacks = [f"{name}: {part}" for name in COLLUDE for part in ("vs honest", "vs withheld", "quarantined")]
+    print_table(["colluders", "selected", "partition", "seed", "honest acc.", "withheld", *attacks], rows)
 
 
 def honest_runs(seeds: list[int], rounds: int) -> None:
@@ -151,19 +184,21 @@ def honest_runs(seeds: list[int], rounds: int) -> None:
     for members, fraction in HONEST:
         for partition in ("iid", "noniid"):
             for seed in seeds:
-                accuracy, refused = final_accuracy(settings_of(members, fraction, rounds, seed, partition))
+                run = guarded_run(settings_of(members, fraction, rounds, seed, partition))
                 selected = max(1, round(fraction * members))
-                rows.append(
-                    [str(members), str(selected), partition, str(seed), f"{accuracy:.3f}", str(refused)]
-                )
+                rows.append([
+                    str(members), str(selected), partition, str(seed), f"{run.accuracy:.3f}",
+                    str(run.refused), str(len(run.quarantined)),
+                ])  # fmt: skip
                 print(" ".join(rows[-1]), flush=True)
-    print_table(["members", "selected", "partition", "seed", "final acc.", "updates refused"], rows)
+    header = ["members", "selected", "partition", "seed", "final acc.", "updates refused", "quarantined"]
+    print_table(header, rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", nargs="+", default=["single", "riders", "colluders", "honest"])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
     torch.set_num_threads(1)
