@@ -7,9 +7,9 @@ from typing import Any, NoReturn
 
 import grpc
 
-from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.status_codes import status_of
+from fedsv.pipeline.metrics import RunMetrics
 from fedsv.security.log_safety import RateLimitedLog, shown
 
 logger = logging.getLogger(__name__)
@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 class Calls:
     """Traffic accounting (RunState per round, Prometheus in total) and refusals of one coordinator."""
 
-    def __init__(self, state: RunState, metrics: CoordinatorMetrics) -> None:
+    def __init__(self, state: RunState, metrics: RunMetrics) -> None:
         self.state = state
         self.metrics = metrics
         self._log = RateLimitedLog(logger)
@@ -35,7 +35,7 @@ class Calls:
 
 async def refuse(
     context: grpc.aio.ServicerContext,
-    metrics: CoordinatorMetrics,
+    metrics: RunMetrics,
     log: RateLimitedLog,
     reason: str,
     message: str,

@@ -12,7 +12,7 @@ import grpc
 
 from fedsv.coordinator.behaviors import before
 from fedsv.coordinator.calls import refuse
-from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.pipeline.metrics import RunMetrics
 from fedsv.security.log_safety import RateLimitedLog
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class FirstMessageDeadline(grpc.aio.ServerInterceptor):
     its header.
     """
 
-    def __init__(self, metrics: CoordinatorMetrics, timeout: float) -> None:
+    def __init__(self, metrics: RunMetrics, timeout: float) -> None:
         self.metrics = metrics
         self.timeout = timeout
         self.awaiting = 0  # calls waiting for their request now (touched on the event loop only)

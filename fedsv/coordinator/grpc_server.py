@@ -11,8 +11,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from fedsv.coordinator.first_message import FirstMessageDeadline
 from fedsv.coordinator.interceptors import MalformedRequests
 from fedsv.coordinator.loop_thread import LoopThread
-from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.servicer import CoordinatorServicer
+from fedsv.pipeline.metrics import RunMetrics
 from fedsv.wire.call_settings import SERVER_KEEPALIVE
 from fedsv.wire.limits import GRPC_MESSAGE_BYTES
 from fedsv.wire.v1 import fedsv_pb2_grpc
@@ -87,7 +87,7 @@ class CoordinatorServers:
     def __init__(
         self,
         servicer: CoordinatorServicer,
-        metrics: CoordinatorMetrics,
+        metrics: RunMetrics,
         address: str,
         credentials: grpc.ServerCredentials | None,
         world_size: int,

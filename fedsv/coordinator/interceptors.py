@@ -11,7 +11,7 @@ import grpc
 
 from fedsv.coordinator.behaviors import Behavior, before
 from fedsv.coordinator.calls import refuse
-from fedsv.coordinator.metrics import CoordinatorMetrics
+from fedsv.pipeline.metrics import RunMetrics
 from fedsv.security.log_safety import RateLimitedLog
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
     the servicer asks for it).
     """
 
-    def __init__(self, metrics: CoordinatorMetrics) -> None:
+    def __init__(self, metrics: RunMetrics) -> None:
         self.metrics = metrics
         self._log = RateLimitedLog(logger)
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from torch import Tensor
 
-from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.pending import PendingRound, PendingStore
 from fedsv.fl.update_guard import GuardMemory
 from fedsv.ledger import Ledger, decode_params, federated_valuation
+from fedsv.pipeline.metrics import RunMetrics
+from fedsv.pipeline.pending import PendingRound, PendingStore
 from fedsv.valuation import FederatedValuation
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class RunProgress:
 def resume(
     ledger: Ledger,
     store: PendingStore,
-    metrics: CoordinatorMetrics,
+    metrics: RunMetrics,
     fresh: dict[str, Tensor],
     world: list[str],
 ) -> RunProgress:

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.pending import PendingRound, PendingStore
 from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.traffic import TrafficCounter
 from fedsv.ledger import (
@@ -26,6 +24,8 @@ from fedsv.ledger import (
     encode_params,
     value_rows,
 )
+from fedsv.pipeline.metrics import RunMetrics
+from fedsv.pipeline.pending import PendingRound, PendingStore
 from fedsv.valuation import FederatedValuation, RoundValues
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class RoundCommitter:
         self,
         ledger: Ledger,
         store: PendingStore,
-        metrics: CoordinatorMetrics,
+        metrics: RunMetrics,
         traffic: TrafficCounter,
         accounting: FederatedValuation,
     ) -> None:

@@ -10,8 +10,6 @@ import time
 import numpy as np
 
 from fedsv.coordinator.config import RunConfig
-from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.pending import PendingRound
 from fedsv.coordinator.resume import RunProgress
 from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.round_commit import PhaseClock, RoundCommitter, RoundResult
@@ -20,7 +18,6 @@ from fedsv.coordinator.run_end import FINISHED, STOPPED, EndKind, RunEnd
 from fedsv.coordinator.run_inputs import RunInputs
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.server_config import ServerConfig
-from fedsv.coordinator.valuation_worker import ValuationWorker
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import evaluate
 from fedsv.fl.ranks import participant_id
@@ -29,6 +26,9 @@ from fedsv.fl.selection import select_ranks, train_seed
 from fedsv.fl.update_guard import GuardedRound, guard_updates
 from fedsv.fl.updates import ClientUpdate
 from fedsv.ledger import TestScore
+from fedsv.pipeline.metrics import RunMetrics
+from fedsv.pipeline.pending import PendingRound
+from fedsv.pipeline.valuation_worker import ValuationWorker
 from fedsv.valuation.round_valuation import GameSettings
 from fedsv.wire.codec import encode_tensor_set
 
@@ -51,7 +51,7 @@ class RoundLoop:
         game_settings: GameSettings,
         progress: RunProgress,
         committer: RoundCommitter,
-        metrics: CoordinatorMetrics,
+        metrics: RunMetrics,
         worker: ValuationWorker | None = None,
     ) -> None:
         self.run_config, self.server_config, self.state = run, server, state

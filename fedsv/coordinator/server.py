@@ -17,8 +17,6 @@ from prometheus_client import CollectorRegistry
 from fedsv.config.checks import check_writable_file
 from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.grpc_server import SERVICE_NAME, CoordinatorServers
-from fedsv.coordinator.metrics import CoordinatorMetrics, serve_metrics, stop_metrics
-from fedsv.coordinator.pending import PendingStore
 from fedsv.coordinator.resume import resume
 from fedsv.coordinator.round_commit import RoundCommitter
 from fedsv.coordinator.round_loop import RoundLoop
@@ -28,11 +26,13 @@ from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
-from fedsv.coordinator.valuation_worker import ValuationWorker
 from fedsv.fl.device import resolve_device
 from fedsv.fl.ranks import participant_id
 from fedsv.fl.state import params_of
 from fedsv.ledger import Ledger
+from fedsv.pipeline.metrics import RunMetrics, serve_metrics, stop_metrics
+from fedsv.pipeline.pending import PendingStore
+from fedsv.pipeline.valuation_worker import ValuationWorker
 from fedsv.security.certs import read_tokens
 from fedsv.security.tls import server_credentials
 from fedsv.valuation.initial_spread import measure
@@ -98,7 +98,7 @@ class Coordinator:
         tokens = read_tokens(server.tokens_file) if server.tokens_file else None
         credentials = server_credentials(server.tls_dir, server.tls_client_auth) if server.tls_dir else None
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.metrics = CoordinatorMetrics(self.registry)
+        self.metrics = RunMetrics(self.registry)
         self.state = RunState.new(
             run.participants,
             server.credential,

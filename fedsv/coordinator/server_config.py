@@ -5,11 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fedsv.config.checks import INT64_MAX, check_count, check_port, check_seconds
+from fedsv.pipeline.valuation_worker import DEFAULT_BACKLOG_BYTES
 from fedsv.wire.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES, MIN_CHUNK_BYTES
-
-DEFAULT_BACKLOG_BYTES = 4 * 2**30
-"""Inputs of rounds awaiting values that may sit on disk before rounds wait (4 GiB: hundreds of rounds
-of the paper's models)."""
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from fedsv.coordinator.calls import Calls
-from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.sessions import Rejected
 from fedsv.coordinator.task_stream import task_events
 from fedsv.coordinator.update_stream import UpdateLimits, UpdateReceiver
+from fedsv.pipeline.metrics import RunMetrics
 from fedsv.security.log_safety import RateLimitedLog, shown
 from fedsv.security.tls import peer_identity
 from fedsv.wire.codec import TensorSpecs
@@ -33,7 +33,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
         state: RunState,
         run_spec: Callable[[int], fedsv_pb2.RunSpec],
         model_spec: TensorSpecs,
-        metrics: CoordinatorMetrics,
+        metrics: RunMetrics,
         limits: UpdateLimits,
     ) -> None:
         self.state = state

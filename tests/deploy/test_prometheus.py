@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from fedsv.app.report import build_report
-from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.ledger import Ledger
+from fedsv.pipeline.metrics import RunMetrics
 from fedsv.security.tls import channel_credentials
 from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc
 from tests.support.processes import DEPLOY, free_port, need_tool, wait_for
@@ -76,7 +76,7 @@ def _targets(dashboard: dict[str, Any]) -> Iterator[tuple[Panel, Target]]:
 
 def _metric_names() -> set[str]:
     """Every sample name the coordinator exports (e.g. fedsv_rounds_completed_total, ..._bucket)."""
-    metrics = CoordinatorMetrics()
+    metrics = RunMetrics()
     metrics.reject("probe")
     metrics.participant_fedsv.labels(participant="p000").set(0)
     metrics.participant_fedsv_normalized.labels(participant="p000").set(0)

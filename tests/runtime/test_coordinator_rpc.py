@@ -15,12 +15,12 @@ import torch
 from prometheus_client import CollectorRegistry
 
 from fedsv.coordinator.grpc_server import CoordinatorServers
-from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.run_end import FINISHED
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
+from fedsv.pipeline.metrics import RunMetrics
 from fedsv.wire.call_settings import sender_metadata
 from fedsv.wire.codec import TensorSetAssembler, encode_tensor_set, iter_chunks, spec_of
 from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc
@@ -60,7 +60,7 @@ def _start(
 ) -> Generator[Harness, None, None]:
     state = RunState.new(world_size=4, credential=credential, max_participants=max_participants)
     registry = CollectorRegistry()
-    metrics = CoordinatorMetrics(registry)
+    metrics = RunMetrics(registry)
     spec = fedsv_pb2.RunSpec(run_id="test", world_size=4, max_chunk_bytes=CHUNK)
     limits = UpdateLimits(CHUNK, 64 << 20, header_timeout=header_timeout)
     servicer = CoordinatorServicer(state, lambda rank: spec, spec_of(model), metrics, limits)

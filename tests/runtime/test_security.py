@@ -21,7 +21,6 @@ from prometheus_client import CollectorRegistry
 from fedsv.coordinator.__main__ import main as coordinator_main
 from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.grpc_server import CoordinatorServers
-from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.run_end import FINISHED
 from fedsv.coordinator.run_state import RunState
@@ -31,6 +30,7 @@ from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
 from fedsv.participant.__main__ import main as participant_main
 from fedsv.participant.worker import RankWorker
+from fedsv.pipeline.metrics import RunMetrics
 from fedsv.security import certs
 from fedsv.security.tls import channel_credentials, server_credentials
 from fedsv.wire.call_settings import sender_metadata
@@ -71,7 +71,7 @@ def _serve(
     state = RunState.new(4, tokens=tokens, require_peer=client_auth, max_streams=2)
     registry = CollectorRegistry()
     spec = fedsv_pb2.RunSpec(run_id="test", world_size=4, max_chunk_bytes=CHUNK)
-    metrics = CoordinatorMetrics(registry)
+    metrics = RunMetrics(registry)
     limits = UpdateLimits(CHUNK, 64 << 20, max_tensors=4)
     servicer = CoordinatorServicer(state, lambda rank: spec, spec_of(MODEL), metrics, limits)
     credentials = server_credentials(tls_dir, client_auth)

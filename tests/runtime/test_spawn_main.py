@@ -21,7 +21,7 @@ def _script(tmp_path: Path, guarded: bool) -> tuple[Path, Path]:
             sys.path.insert(0, {str(REPO)!r})
             with open({str(mark)!r}, "a") as handle:
                 handle.write("main ran\\n")
-            from fedsv.coordinator.valuation_worker import without_main
+            from fedsv.pipeline.valuation_worker import without_main
             child = multiprocessing.get_context("spawn").Process(target=print)
             """
         )

@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "fedsv.wire": {"fedsv.fl"},
     "fedsv.security": {"fedsv.fl"},
     "fedsv.ledger": {"fedsv.fl", "fedsv.valuation"},
+    "fedsv.pipeline": {"fedsv.fl", "fedsv.valuation", "fedsv.ledger"},
     "fedsv.coordinator": {
         "fedsv.config",
         "fedsv.fl",
@@ -33,6 +34,7 @@ ALLOWED: dict[str, set[str]] = {
         "fedsv.wire",
         "fedsv.security",
         "fedsv.ledger",
+        "fedsv.pipeline",
     },
     "fedsv.participant": {
         "fedsv.config",
@@ -44,15 +46,16 @@ ALLOWED: dict[str, set[str]] = {
     },
 }
 ALLOWED["fedsv.app"] = {*ALLOWED["fedsv.coordinator"], "fedsv.coordinator", "fedsv.participant"}
-# Beside fedsv.app: other frameworks' servers valuing with fedsv (the coordinator's metrics).
-ALLOWED["fedsv.integrations"] = {*ALLOWED["fedsv.ledger"], "fedsv.ledger", "fedsv.task", "fedsv.data"}
-ALLOWED["fedsv.integrations"] |= {"fedsv.coordinator", "fedsv.config", "fedsv.wire"}
+# Beside fedsv.coordinator: other frameworks' servers valuing with fedsv, through the same round pipeline.
+ALLOWED["fedsv.integrations"] = {*ALLOWED["fedsv.pipeline"], "fedsv.pipeline", "fedsv.task", "fedsv.data"}
+ALLOWED["fedsv.integrations"] |= {"fedsv.config", "fedsv.wire"}
 # Public modules at the top of the package that belong to a layer: the built-in tasks are the task layer's.
 PUBLIC = {"fedsv.tasks": "fedsv.task"}
 # What an installed fedsv must never leave behind: the design card's folders as top-level modules.
 OLD_TOP_LEVEL = ("valuation", "coordinator", "participant")
-NO_GRPC = ("fedsv.fl", "fedsv.valuation", "fedsv.data", "fedsv.task", "fedsv.ledger")
-"""Layers usable without gRPC: the FL core, the valuation library, data, tasks and the ledger."""
+NO_GRPC = ("fedsv.fl", "fedsv.valuation", "fedsv.data", "fedsv.task", "fedsv.ledger", "fedsv.pipeline")
+"""Layers usable without gRPC: the FL core, the valuation library, data, tasks, the ledger and the round
+pipeline."""
 
 
 def layer_of(module: str) -> str | None:

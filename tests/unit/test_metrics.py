@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from fedsv.coordinator.metrics import PHASES, CoordinatorMetrics, serve_metrics, stop_metrics
+from fedsv.pipeline.metrics import PHASES, RunMetrics, serve_metrics, stop_metrics
 from tests.support.records import make_record
 
 TOTALS = {
@@ -26,7 +26,7 @@ def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None
 
 def test_every_family_after_a_round() -> None:
     registry = CollectorRegistry()
-    metrics = CoordinatorMetrics(registry)
+    metrics = RunMetrics(registry)
     metrics.set_connected(3)
     metrics.record_rpc("SubmitUpdate", "up", 1000, messages=2)
     metrics.record_rpc("SubmitUpdate", "up", 500)
@@ -84,7 +84,7 @@ def test_every_family_after_a_round() -> None:
 
 
 def test_registries_are_separate_and_never_the_global_default() -> None:
-    first, second = CoordinatorMetrics(), CoordinatorMetrics()  # no duplicate-registration error
+    first, second = RunMetrics(), RunMetrics()  # no duplicate-registration error
     first.observe_round(make_record(1), TOTALS)
     assert first.registry is not second.registry
     assert value(first.registry, "fedsv_rounds_completed_total") == 1
@@ -94,7 +94,7 @@ def test_registries_are_separate_and_never_the_global_default() -> None:
 
 def test_restore_sets_gauges_and_leaves_counters() -> None:
     registry = CollectorRegistry()
-    metrics = CoordinatorMetrics(registry)
+    metrics = RunMetrics(registry)
     metrics.restore([make_record(1), make_record(3), make_record(2)], TOTALS)
     assert value(registry, "fedsv_current_round") == 3
     assert value(registry, "fedsv_global_accuracy") == pytest.approx(0.53)
@@ -108,7 +108,7 @@ def test_restore_sets_gauges_and_leaves_counters() -> None:
 
 def test_serve_metrics_on_an_ephemeral_port() -> None:
     registry = CollectorRegistry()
-    metrics = CoordinatorMetrics(registry)
+    metrics = RunMetrics(registry)
     metrics.observe_round(make_record(1), TOTALS)
     server, port = serve_metrics(registry, "127.0.0.1", 0)
     try:
@@ -131,7 +131,7 @@ def test_serve_metrics_on_an_ephemeral_port() -> None:
 
 def test_every_total_exports_its_standard_error() -> None:
     registry = CollectorRegistry()
-    metrics = CoordinatorMetrics(registry)
+    metrics = RunMetrics(registry)
     record = make_record(1)  # received p000, p001
     errors = {"fedsv": {"p000": 0.004, "p001": float("inf")}}
     metrics.observe_round(dataclasses.replace(record, max_stderr=0.004), TOTALS, errors)

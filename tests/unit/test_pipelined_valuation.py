@@ -13,14 +13,14 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
-from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.pending import PendingRound, PendingStore
-from fedsv.coordinator.valuation_process import GivenSetup
-from fedsv.coordinator.valuation_worker import ValuationWorker
 from fedsv.fl.evaluation import EvalSet
 from fedsv.fl.state import params_of
 from fedsv.fl.updates import ClientUpdate
 from fedsv.ledger import Checkpoint, Ledger, LedgerError, RoundStatus, valuation_summary, value_rows
+from fedsv.pipeline.metrics import RunMetrics
+from fedsv.pipeline.pending import PendingRound, PendingStore
+from fedsv.pipeline.valuation_process import GivenSetup
+from fedsv.pipeline.valuation_worker import ValuationWorker
 from fedsv.task.models import build_model
 from fedsv.valuation import FederatedValuation, Plan, ValuationSpec
 from fedsv.valuation.round_valuation import GameSettings, value_updates
@@ -80,7 +80,7 @@ def test_a_round_left_pending_by_a_kill_gets_the_same_values_from_a_new_worker(t
         with pytest.raises(LedgerError, match="not the first round awaiting values"):
             ledger.commit_values(2, value_rows(early), valuation_summary(early, 0.0))
         # The restarted coordinator: a new worker values the backlog from the files.
-        metrics = CoordinatorMetrics(CollectorRegistry())
+        metrics = RunMetrics(CollectorRegistry())
         accounting = FederatedValuation(initial_scores=INITIAL)  # as resume() reads them from the ledger
         worker = ValuationWorker(
             GivenSetup(model, validation), GameSettings(), _spec, accounting, ledger, metrics, store
@@ -128,7 +128,7 @@ def test_a_failed_valuation_stops_the_worker_and_leaves_the_round_pending(tmp_pa
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         ledger.ensure_run("run-1", CONFIG)
         _commit_pending(ledger, 1)
-        metrics = CoordinatorMetrics(CollectorRegistry())
+        metrics = RunMetrics(CollectorRegistry())
         worker = ValuationWorker(
             GivenSetup(model, validation), GameSettings(), _spec, FederatedValuation(), ledger, metrics, store
         )
@@ -192,7 +192,7 @@ def test_a_time_budgeted_round_is_valued_again_with_the_plan_it_had(tmp_path: Pa
             timed_spec,
             FederatedValuation(),
             ledger,
-            CoordinatorMetrics(CollectorRegistry()),
+            RunMetrics(CollectorRegistry()),
             store,
         )
         worker.submit(1)
@@ -242,7 +242,7 @@ def test_rounds_are_valued_by_an_idle_priority_process_and_wait_only_on_a_full_b
     stopped.set()
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         ledger.ensure_run("run-1", CONFIG)
-        metrics = CoordinatorMetrics(CollectorRegistry())
+        metrics = RunMetrics(CollectorRegistry())
         store.save(_round(1))
         _commit_pending(ledger, 1)
         size = store.size(1)

@@ -11,7 +11,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from torch import Tensor
 
-from fedsv.coordinator.metrics import CoordinatorMetrics
 from fedsv.ledger import (
     LEDGER_FILE,
     Checkpoint,
@@ -23,6 +22,7 @@ from fedsv.ledger import (
     encode_params,
     value_rows,
 )
+from fedsv.pipeline.metrics import RunMetrics
 from fedsv.valuation import FederatedValuation, RoundValues
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class RunRecorder:
         self.ledger = Ledger(self.path) if self.path is not None else None
         if self.ledger is not None:
             self.ledger.ensure_run(self.run_id, config)
-        self.metrics = CoordinatorMetrics(registry) if registry is not None else None
+        self.metrics = RunMetrics(registry) if registry is not None else None
 
     def set_initial_scores(self, scores: dict[int, float]) -> None:
         """The validation scores of other initial models (valuation/initial_spread.py), recorded in the

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.pending import PendingRound, PendingStore
-from fedsv.coordinator.valuation_process import GivenSetup
-from fedsv.coordinator.valuation_worker import ValuationWorker
 from fedsv.fl.evaluation import EvalSet
 from fedsv.fl.updates import ClientUpdate
 from fedsv.integrations.flower.recorder import RunRecorder
 from fedsv.integrations.flower.replies import FlowerRound
+from fedsv.pipeline.metrics import RunMetrics
+from fedsv.pipeline.pending import PendingRound, PendingStore
+from fedsv.pipeline.valuation_process import GivenSetup
+from fedsv.pipeline.valuation_worker import ValuationWorker
 from fedsv.valuation import RoundValues, ValuationSpec
 from fedsv.valuation.round_valuation import GameSettings, value_updates
 
@@ -116,7 +116,7 @@ class BackgroundValuer(Valuer):
         assert recorder.ledger is not None and recorder.path is not None
         # beside the ledger file: <run dir>/ledger.pending/, or <name>.pending/ for a <name>.sqlite
         self.store = PendingStore(recorder.path.with_suffix(".pending"))
-        metrics = recorder.metrics if recorder.metrics is not None else CoordinatorMetrics()
+        metrics = recorder.metrics if recorder.metrics is not None else RunMetrics()
         self.worker = ValuationWorker(
             GivenSetup(inputs.model, inputs.validation),
             inputs.game,

@@ -23,10 +23,10 @@ from multiprocessing.process import BaseProcess
 
 import torch
 
-from fedsv.coordinator.metrics import CoordinatorMetrics
-from fedsv.coordinator.pending import PendingStore
-from fedsv.coordinator.server_config import DEFAULT_BACKLOG_BYTES
-from fedsv.coordinator.valuation_process import (
+from fedsv.ledger import Ledger, class_rows, valuation_summary, value_rows
+from fedsv.pipeline.metrics import RunMetrics
+from fedsv.pipeline.pending import PendingStore
+from fedsv.pipeline.valuation_process import (
     Complete,
     CompletedReply,
     Done,
@@ -36,12 +36,15 @@ from fedsv.coordinator.valuation_process import (
     ValuationSetup,
     serve,
 )
-from fedsv.ledger import Ledger, class_rows, valuation_summary, value_rows
 from fedsv.valuation import FederatedValuation, RoundValues, ValuationSpec
 from fedsv.valuation.round_valuation import GameSettings
 from fedsv.valuation.rounds import TOTAL_KEYS
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_BACKLOG_BYTES = 4 * 2**30
+"""Inputs of rounds awaiting values that may sit on disk before rounds wait (4 GiB: hundreds of rounds
+of the paper's models)."""
 
 WARM_UP = 0
 """The job that starts the valuation process before any round (rounds are numbered from 1)."""
@@ -79,7 +82,7 @@ class ValuationWorker:
         spec_of: Callable[[int], ValuationSpec | None],
         accounting: FederatedValuation,
         ledger: Ledger,
-        metrics: CoordinatorMetrics,
+        metrics: RunMetrics,
         store: PendingStore,
         backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
         threads: int = 0,

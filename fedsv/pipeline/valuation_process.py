@@ -24,8 +24,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from fedsv.coordinator.pending import PendingStore
 from fedsv.fl.evaluation import EvalSet
+from fedsv.pipeline.pending import PendingStore
 from fedsv.valuation import FederatedValuation, Plan, RoundValues, ValuationSpec
 from fedsv.valuation.completion import Completed, RoundMatrix
 from fedsv.valuation.round_matrices import RoundMatrices

@@ -19,7 +19,7 @@ SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 PHASES = ("train_wait", "aggregation", "valuation", "evaluation")
 
 
-class CoordinatorMetrics:
+class RunMetrics:
     """Every fedsv_* metric of a coordinator, registered on `registry` (a new one when None).
 
     Counters and histograms count what happened in THIS process: after a restart they start again
