@@ -25,7 +25,7 @@ from pathlib import Path
 from fixtures import load_average, machine, print_table
 
 from fedsv.app.launch import Launch, LaunchConfig
-from fedsv.app.report import write_outputs
+from fedsv.app.report_files import write_outputs
 from fedsv.config.flags import add_dataclass_args, build_config
 from fedsv.coordinator.config import RunConfig
 from fedsv.ledger import Ledger, federated_valuation

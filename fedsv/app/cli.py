@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main_launch(args: argparse.Namespace) -> int:
     from fedsv.app.live_page import LivePage
-    from fedsv.app.report import write_outputs
+    from fedsv.app.report_files import write_outputs
     from fedsv.app.report_text import format_table
 
     file_values = load_config_file(args.config) if args.config else {}

@@ -39,7 +39,7 @@ class LivePage:
         self._wanted.set()
 
     def close(self) -> None:
-        """Stop after the write under way, if any (the run's final page is written by write_outputs)."""
+        """Stop after the write under way, if any (report_files.write_outputs writes the run's final page)."""
         self._stop.set()
         self._wanted.set()
         self._thread.join(timeout=60)

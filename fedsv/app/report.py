@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import itertools
-import json
-import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedsv.app.report_figures import plot_classes, plot_values
 from fedsv.app.run_dirs import resolve_run
 from fedsv.coordinator.config import RunConfig
 from fedsv.fl.ranks import participant_id
@@ -19,8 +15,6 @@ from fedsv.ledger import EffectRow, Ledger, RoundRecord, UpdateRow, ValueRow, fe
 from fedsv.valuation.rounds import TOTAL_KEYS
 from fedsv.valuation.valuation_noise import COMPONENTS
 from fedsv.valuation.verdict import differ, verdict
-
-logger = logging.getLogger(__name__)
 
 RECOMMENDED = "fedsv_shrunk"
 """The value to pay by (docs/valuation.md, "Which value to use"): every member valued in every round, so
@@ -304,31 +298,3 @@ def separated(a: dict[str, Any], b: dict[str, Any], key: str = RECOMMENDED) -> b
     if a[key] is None or b[key] is None or a.get(error) is None or b.get(error) is None:
         return None
     return differ(a[key], a[error], b[key], b[error])
-
-
-def write_outputs(run_dir: str | Path) -> dict[str, Path]:
-    """Write report.json, values.csv (a participant a row, its values per label in columns fedsv_label_K),
-    values.png, where rounds were valued by label class_values.png, and report.html into `run_dir`."""
-    from fedsv.app.live_page import write_page  # the page is built on this module's report
-
-    report = build_report(run_dir)
-    directory = Path(run_dir)
-    names = ["report.json", "values.csv", "values.png"] + (
-        ["class_values.png"] if report["classes"]["labels"] else []
-    )
-    out = {name: directory / name for name in names}
-    out["report.json"].write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
-    ranked = ranked_rows(report)
-    labels = [f"fedsv_label_{label}" for label in range(report["classes"]["labels"])]
-    with out["values.csv"].open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[*CSV_COLUMNS, *labels], extrasaction="ignore")
-        writer.writeheader()
-        for row in ranked:
-            by_label = report["classes"]["totals"].get(row["participant"], [])
-            writer.writerow(row | dict(zip(labels, by_label, strict=False)))
-    plot_values(report, ranked, out["values.png"])
-    if "class_values.png" in out:
-        plot_classes(report, ranked, out["class_values.png"])
-    out["report.html"] = write_page(directory, report)
-    logger.info("wrote %s", ", ".join(str(p) for p in out.values()))
-    return out

@@ -96,3 +96,9 @@ class RankHost:
         _, pending = await asyncio.wait(tasks, timeout=STOP_GRACE_SECONDS)
         for task in pending:
             task.cancel()
+
+
+def run_alone(worker: RankWorker) -> str:
+    """Play one rank alone (its own event loop, channel and one training thread); blocks. Returns the
+    coordinator's end reason, or why the rank gave up."""
+    return RankHost([worker], worker.stop, training_threads=1).run()[worker.rank]

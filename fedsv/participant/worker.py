@@ -70,12 +70,6 @@ class RankWorker:
         self.rounds_trained: list[int] = []
         self._local: LocalRank | None = None
 
-    def run(self) -> str:
-        """Play this rank alone (its own event loop, channel and one training thread); blocks."""
-        from fedsv.participant.host import RankHost  # the host runs workers: imported when used
-
-        return RankHost([self], self.stop, training_threads=1).run()[self.rank]
-
     async def play(self, shared: Shared) -> str:
         """Returns the coordinator's end reason, or why this rank gave up."""
         backoff = Backoff(seed=self.rank)

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.server import Coordinator
 from fedsv.coordinator.server_config import ServerConfig
+from fedsv.participant.host import run_alone
 from fedsv.participant.local import LocalRank
 from fedsv.participant.worker import RankWorker
 from fedsv.security import certs
@@ -36,7 +37,7 @@ def _config(tmp_path: Path, **overrides: Any) -> ServerConfig:
 
 def _play(workers: list[RankWorker]) -> tuple[dict[int, str], list[threading.Thread]]:
     results: dict[int, str] = {}
-    threads = [threading.Thread(target=lambda w=w: results.update({w.rank: w.run()})) for w in workers]
+    threads = [threading.Thread(target=lambda w=w: results.update({w.rank: run_alone(w)})) for w in workers]
     for thread in threads:
         thread.start()
     return results, threads

@@ -29,6 +29,7 @@ from fedsv.coordinator.server_config import ServerConfig
 from fedsv.coordinator.servicer import CoordinatorServicer
 from fedsv.coordinator.update_stream import UpdateLimits
 from fedsv.participant.__main__ import main as participant_main
+from fedsv.participant.host import run_alone
 from fedsv.participant.worker import RankWorker
 from fedsv.pipeline.metrics import RunMetrics
 from fedsv.security import certs
@@ -310,7 +311,9 @@ def test_a_tls_run_completes_and_health_is_plaintext_on_its_own_port(tmp_path: P
         target = f"localhost:{coordinator.port}"
         workers = [RankWorker(target, r, 2, tls_dir=str(tls_dir), give_up_after=60) for r in range(2)]
         results: dict[int, str] = {}
-        threads = [threading.Thread(target=lambda w=w: results.update({w.rank: w.run()})) for w in workers]
+        threads = [
+            threading.Thread(target=lambda w=w: results.update({w.rank: run_alone(w)})) for w in workers
+        ]
         for thread in threads:
             thread.start()
         assert coordinator.run().finished
@@ -446,7 +449,9 @@ def test_a_participant_refused_for_capacity_sends_its_update_again(tmp_path: Pat
         held = [thief.SubmitUpdate.future(nothing(), timeout=120) for _ in range(2)]
         workers = [RankWorker(target, r, 2, tls_dir=str(tls_dir), give_up_after=60) for r in range(2)]
         results: dict[int, str] = {}
-        threads = [threading.Thread(target=lambda w=w: results.update({w.rank: w.run()})) for w in workers]
+        threads = [
+            threading.Thread(target=lambda w=w: results.update({w.rank: run_alone(w)})) for w in workers
+        ]
         for thread in threads:
             thread.start()
         outcome: list[str] = []
@@ -517,7 +522,9 @@ def test_header_less_streams_with_a_stolen_session_token_hold_only_that_particip
             thief = _stub(coordinator.port, None)
             workers = [RankWorker(target, r, 2, give_up_after=60) for r in range(2)]
         results: dict[int, str] = {}
-        threads = [threading.Thread(target=lambda w=w: results.update({w.rank: w.run()})) for w in workers]
+        threads = [
+            threading.Thread(target=lambda w=w: results.update({w.rank: run_alone(w)})) for w in workers
+        ]
         for thread in threads:
             thread.start()
         deadline = time.time() + 120

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.server import Coordinator
 from fedsv.coordinator.server_config import ServerConfig
+from fedsv.participant.host import run_alone
 from fedsv.participant.worker import RankWorker
 
 pytestmark = pytest.mark.slow
@@ -84,7 +85,9 @@ def test_3n_plus_64_stalled_calls_do_not_stop_a_run(tmp_path: Path) -> None:
         target = f"127.0.0.1:{coordinator.port}"
         workers = [RankWorker(target, r, participants, give_up_after=120) for r in range(participants)]
         results: dict[int, str] = {}
-        threads = [threading.Thread(target=lambda w=w: results.update({w.rank: w.run()})) for w in workers]
+        threads = [
+            threading.Thread(target=lambda w=w: results.update({w.rank: run_alone(w)})) for w in workers
+        ]
         for thread in threads:
             thread.start()
         assert str(coordinator.run()) == "finished"

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from fedsv.participant.host import run_alone
 from fedsv.participant.worker import Metadata, RankWorker
 from fedsv.wire.v1 import fedsv_pb2
 
@@ -61,7 +62,7 @@ def main() -> int:
     worker = StallingWorker(
         args.coordinator, args.rank, args.world_size, args.chunks, args.ready, tls_dir=args.tls_dir
     )
-    print(f"fault client: rank {args.rank} ended: {worker.run()}", flush=True)
+    print(f"fault client: rank {args.rank} ended: {run_alone(worker)}", flush=True)
     return 0
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from fedsv.app.cli import main as fedsv_main
-from fedsv.app.report import build_report, write_outputs
+from fedsv.app.report import build_report
+from fedsv.app.report_files import write_outputs
 from fedsv.app.report_text import format_table
 from fedsv.ledger import (
     Checkpoint,

@@ -14,7 +14,7 @@ from typing import Any
 from torch import Tensor
 
 from fedsv.app.launch import Launch, LaunchConfig, LaunchError
-from fedsv.app.report import write_outputs
+from fedsv.app.report_files import write_outputs
 from fedsv.app.study.config import cpu_count
 from fedsv.coordinator.config import UNGUARDED, RunConfig
 from fedsv.fl.ranks import participant_id
