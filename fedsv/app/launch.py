@@ -18,7 +18,7 @@ from fedsv.config.checks import check_count, check_port, check_seconds
 from fedsv.coordinator.config import RunConfig
 from fedsv.fl.device import resolve_device
 from fedsv.fl.ranks import block_of
-from fedsv.ledger import Ledger, RoundRecord
+from fedsv.ledger import LEDGER_FILE, Ledger, RoundRecord
 from fedsv.security import certs
 
 logger = logging.getLogger(__name__)
@@ -238,7 +238,7 @@ class Launch:
         return [item for flag, value in flags.items() if value.strip() for item in (flag, value)]
 
     def _recorded_rounds(self) -> int:
-        ledger_path = self.out / "ledger.sqlite"
+        ledger_path = self.out / LEDGER_FILE
         if not ledger_path.exists():
             return 0
         with Ledger(ledger_path, read_only=True) as ledger:
@@ -269,7 +269,7 @@ class Launch:
         backlog_shown = False
         dead: set[int] = set()
         deadline = time.time() + self.launch.timeout
-        ledger_path = self.out / "ledger.sqlite"
+        ledger_path = self.out / LEDGER_FILE
         while True:
             exited = self.coordinator.poll() is not None
             if ledger_path.exists():

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from fedsv.coordinator.round_board import RoundBoard
 from fedsv.coordinator.sessions import Sessions
 from fedsv.coordinator.traffic import TrafficCounter
+from fedsv.wire.limits import DEFAULT_MAX_SAMPLES
 
 
 @dataclass
@@ -27,7 +28,7 @@ class RunState:
         tokens: Mapping[str, str] | None = None,
         require_peer: bool = False,
         max_streams: int = 2,
-        max_samples: int = 10_000_000,
+        max_samples: int = DEFAULT_MAX_SAMPLES,
         max_participants: int = 0,
     ) -> RunState:
         sessions = Sessions(

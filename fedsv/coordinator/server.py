@@ -29,7 +29,7 @@ from fedsv.coordinator.update_stream import UpdateLimits
 from fedsv.fl.device import resolve_device
 from fedsv.fl.ranks import participant_id
 from fedsv.fl.state import params_of
-from fedsv.ledger import Ledger
+from fedsv.ledger import LEDGER_FILE, Ledger
 from fedsv.pipeline.metrics import RunMetrics, serve_metrics, stop_metrics
 from fedsv.pipeline.pending import PendingStore
 from fedsv.pipeline.valuation_worker import ValuationWorker
@@ -127,7 +127,7 @@ class Coordinator:
         try:
             self._serve_metrics()
             state_dir.mkdir(parents=True, exist_ok=True)
-            self.ledger = Ledger(state_dir / "ledger.sqlite")
+            self.ledger = Ledger(state_dir / LEDGER_FILE)
         except BaseException:
             self._release_ports()
             raise

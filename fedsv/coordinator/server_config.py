@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 
 from fedsv.config.checks import INT64_MAX, check_count, check_port, check_seconds
 from fedsv.pipeline.valuation_worker import DEFAULT_BACKLOG_BYTES
-from fedsv.wire.limits import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_TENSOR_SET_BYTES, MIN_CHUNK_BYTES
+from fedsv.wire.limits import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_MAX_SAMPLES,
+    MAX_CHUNK_BYTES,
+    MAX_TENSOR_SET_BYTES,
+    MIN_CHUNK_BYTES,
+)
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,8 @@ class ServerConfig:
         metadata={"help": "torch threads of the idle-priority valuation process (0 = the coordinator's)"},
     )
     max_samples_per_participant: int = field(
-        default=10_000_000, metadata={"help": "largest sample count a participant may declare at Join"}
+        default=DEFAULT_MAX_SAMPLES,
+        metadata={"help": "largest sample count a participant may declare at Join"},
     )
     max_streams_per_participant: int = field(
         default=2,

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from fedsv.fl.ranks import participant_id
+from fedsv.wire.limits import DEFAULT_MAX_SAMPLES
 
 
 class Rejected(Exception):
@@ -53,7 +54,7 @@ class Sessions:
         tokens: Mapping[str, str] | None = None,
         require_peer: bool = False,
         max_streams: int = 2,
-        max_samples: int = 10_000_000,
+        max_samples: int = DEFAULT_MAX_SAMPLES,
         max_participants: int = 0,
     ) -> None:
         self.world_size = world_size

@@ -12,3 +12,7 @@ MIN_CHUNK_BYTES = 1 << 10
 MAX_CHUNK_BYTES = (4 << 20) - 4096
 # Largest tensor set (a model on the way down, an update on the way up) either side assembles.
 MAX_TENSOR_SET_BYTES = 1 << 30
+
+DEFAULT_MAX_SAMPLES = 10_000_000
+"""The largest sample count a participant may declare at Join unless the server says otherwise
+(`--max-samples-per-participant`): a FedAvg weight's bound before the guard caps it."""

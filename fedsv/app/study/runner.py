@@ -18,7 +18,15 @@ from fedsv.app.report_files import write_outputs
 from fedsv.app.study.config import cpu_count
 from fedsv.coordinator.config import UNGUARDED, RunConfig
 from fedsv.fl.ranks import participant_id
-from fedsv.ledger import Ledger, LedgerError, RoundRecord, ValueRow, decode_params, federated_valuation
+from fedsv.ledger import (
+    LEDGER_FILE,
+    Ledger,
+    LedgerError,
+    RoundRecord,
+    ValueRow,
+    decode_params,
+    federated_valuation,
+)
 from fedsv.valuation import FederatedValuation
 
 logger = logging.getLogger(__name__)
@@ -54,7 +62,7 @@ class RunResult:
     def valuation(self) -> FederatedValuation:
         """The run's per-round values, as recorded in its ledger (with their values per validation fold,
         over every participant of the run), so its values and errors are the run's report's."""
-        with Ledger(self.directory / "ledger.sqlite", read_only=True) as ledger:
+        with Ledger(self.directory / LEDGER_FILE, read_only=True) as ledger:
             folds, run, initial = ledger.fold_values(), ledger.run_config(), ledger.initial_scores()
         count = None if run is None else run[1].get("participants")
         world = [participant_id(r) for r in range(count)] if isinstance(count, int) else None
@@ -66,7 +74,7 @@ class RunResult:
 
     def final_params(self) -> dict[str, Tensor]:
         """The global model after the last round (the ledger's checkpoint)."""
-        with Ledger(self.directory / "ledger.sqlite", read_only=True) as ledger:
+        with Ledger(self.directory / LEDGER_FILE, read_only=True) as ledger:
             checkpoint = ledger.last_checkpoint()
         if checkpoint is None:
             raise StudyError(f"{self.directory}: the ledger holds no checkpoint")
@@ -94,7 +102,7 @@ class Recorded:
 
 def _recorded(directory: Path, run: RunConfig) -> Recorded | None:
     """This very run as `directory`'s ledger records it; None when there is none, or another run's."""
-    path = directory / "ledger.sqlite"
+    path = directory / LEDGER_FILE
     if not path.is_file():
         return None
     try:
@@ -130,7 +138,7 @@ def _clear(directory: Path, keep_ledger: bool = False) -> None:
     the logs and the port file, so the coordinator resumes this run from its ledger."""
     names = ["coordinator.port"]
     if not keep_ledger:
-        names += ["ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"]
+        names += [LEDGER_FILE, f"{LEDGER_FILE}-wal", f"{LEDGER_FILE}-shm"]
     for name in names:
         (directory / name).unlink(missing_ok=True)
     for log in directory.glob("*.log"):
