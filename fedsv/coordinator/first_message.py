@@ -12,6 +12,7 @@ import grpc
 
 from fedsv.coordinator.behaviors import before
 from fedsv.coordinator.calls import refuse
+from fedsv.coordinator.refusals import Refusal
 from fedsv.pipeline.metrics import RunMetrics
 from fedsv.security.log_safety import RateLimitedLog
 
@@ -70,4 +71,4 @@ class FirstMessageDeadline(grpc.aio.ServerInterceptor):
         finally:
             self.awaiting -= 1
             self.metrics.awaiting_request.set(self.awaiting)
-        await refuse(context, self.metrics, self._log, "request_timeout", message)
+        await refuse(context, self.metrics, self._log, Refusal.REQUEST_TIMEOUT, message)

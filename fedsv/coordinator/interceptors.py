@@ -11,6 +11,7 @@ import grpc
 
 from fedsv.coordinator.behaviors import Behavior, before
 from fedsv.coordinator.calls import refuse
+from fedsv.coordinator.refusals import Refusal
 from fedsv.pipeline.metrics import RunMetrics
 from fedsv.security.log_safety import RateLimitedLog
 
@@ -50,7 +51,11 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
 
     async def _refuse(self, context: grpc.aio.ServicerContext, request: Malformed) -> NoReturn:
         await refuse(
-            context, self.metrics, self._log, "malformed", f"not a valid protobuf message: {request.error}"
+            context,
+            self.metrics,
+            self._log,
+            Refusal.MALFORMED,
+            f"not a valid protobuf message: {request.error}",
         )
 
     async def _checked(

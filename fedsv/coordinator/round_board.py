@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from fedsv.coordinator.refusals import Refusal
 from fedsv.coordinator.run_end import RunEnd
 from fedsv.coordinator.sessions import ParticipantInfo, Rejected
 from fedsv.fl.reputation import Evidence
@@ -164,26 +165,26 @@ class RoundBoard:
             if current is None or current.round != round_number:
                 open_round = "none" if current is None else str(current.round)
                 raise Rejected(
-                    "wrong_round",
+                    Refusal.WRONG_ROUND,
                     f"update for round {round_number}, but the open round is {open_round}",
                 )
             if current.closed:
-                raise Rejected("round_closed", f"round {round_number} is closed")
+                raise Rejected(Refusal.ROUND_CLOSED, f"round {round_number} is closed")
             if info.participant_id not in current.chosen:
                 raise Rejected(
-                    "not_selected",
+                    Refusal.NOT_SELECTED,
                     f"{info.participant_id} is not selected in round {round_number}",
                 )
             if info.participant_id in current.received:
                 raise Rejected(
-                    "duplicate",
+                    Refusal.DUPLICATE,
                     f"{info.participant_id} already submitted for round {round_number}",
                 )
             if num_samples <= 0:
-                raise Rejected("bad_header", f"num_samples must be positive, got {num_samples}")
+                raise Rejected(Refusal.BAD_HEADER, f"num_samples must be positive, got {num_samples}")
             if num_samples != info.num_samples:
                 raise Rejected(
-                    "sample_count_mismatch",
+                    Refusal.SAMPLE_COUNT_MISMATCH,
                     f"{info.participant_id} declared {info.num_samples} samples at Join, "
                     f"the update says {num_samples}",
                 )
@@ -202,7 +203,7 @@ class RoundBoard:
             # once the round is closed, check_update rejects it.
             current = self.check_update(info, round_number, num_samples)
             if not math.isfinite(seconds) or seconds < 0:
-                raise Rejected("bad_header", f"train_seconds must be finite and >= 0, got {seconds}")
+                raise Rejected(Refusal.BAD_HEADER, f"train_seconds must be finite and >= 0, got {seconds}")
             current.received[info.participant_id] = ReceivedUpdate(
                 info.participant_id, delta, num_samples, seconds
             )

@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from fedsv.coordinator.refusals import Refusal
 from fedsv.fl.ranks import participant_id
 from fedsv.wire.limits import DEFAULT_MAX_SAMPLES
 
@@ -16,7 +17,7 @@ from fedsv.wire.limits import DEFAULT_MAX_SAMPLES
 class Rejected(Exception):
     """An RPC the coordinator refuses; `reason` labels the metric and picks the gRPC status code."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: Refusal, message: str) -> None:
         super().__init__(message)
         self.reason = reason
 
@@ -86,17 +87,17 @@ class Sessions:
         from the RunSpec this Join returns), and such a participant must join again with its count
         before it may subscribe."""
         if self.credential and not same_secret(credential, self.credential):
-            raise Rejected("bad_credential", "join credential is wrong")
+            raise Rejected(Refusal.BAD_CREDENTIAL, "join credential is wrong")
         if world_size != self.world_size:
             raise Rejected(
-                "wrong_world_size",
+                Refusal.WRONG_WORLD_SIZE,
                 f"this run has world size {self.world_size}, the participant says {world_size}",
             )
         if not 0 <= rank < self.world_size:
-            raise Rejected("bad_rank", f"rank {rank} outside 0..{self.world_size - 1}")
+            raise Rejected(Refusal.BAD_RANK, f"rank {rank} outside 0..{self.world_size - 1}")
         if not 0 <= num_samples <= self.max_samples:
             raise Rejected(
-                "bad_sample_count",
+                Refusal.BAD_SAMPLE_COUNT,
                 f"num_samples must lie in 1..{self.max_samples} (0: not known yet), got {num_samples}",
             )
         pid = participant_id(rank)
@@ -104,7 +105,7 @@ class Sessions:
         if self.tokens:
             expected = self.tokens.get(pid)
             if expected is None or not same_secret(token, expected):
-                raise Rejected("bad_participant_token", f"participant token of {pid} is wrong")
+                raise Rejected(Refusal.BAD_PARTICIPANT_TOKEN, f"participant token of {pid} is wrong")
         with self.cond:
             # A rejoin (reconnect) replaces the session token: only the rank's owner gets this far.
             info = ParticipantInfo(pid, rank, secrets.token_hex(16), host, num_samples)
@@ -116,10 +117,10 @@ class Sessions:
         """Raise Rejected unless the caller's certificate (if any, and it must exist under mTLS) is pid's."""
         if peer is None:
             if self.require_peer:
-                raise Rejected("no_certificate", "this run requires a client certificate")
+                raise Rejected(Refusal.NO_CERTIFICATE, "this run requires a client certificate")
             return
         if peer != pid:
-            raise Rejected("wrong_identity", f"the certificate of {peer!r} cannot act as {pid}")
+            raise Rejected(Refusal.WRONG_IDENTITY, f"the certificate of {peer!r} cannot act as {pid}")
 
     def authenticate(self, pid: str, token: str, peer: str | None = None) -> ParticipantInfo:
         """The session `token` names; an unknown participant and a wrong token get the same answer
@@ -127,7 +128,7 @@ class Sessions:
         self.check_peer(pid, peer)
         info = self._session(pid, token)
         if info is None:
-            reason = "bad_token" if pid in self.participants else "unknown_participant"
+            reason = Refusal.BAD_TOKEN if pid in self.participants else Refusal.UNKNOWN_PARTICIPANT
             raise Rejected(reason, f"no valid session for {pid!r}: join (again)")
         return info
 
@@ -158,7 +159,7 @@ class Sessions:
         """Count a call of `rpc` by the participant; RESOURCE_EXHAUSTED past max_streams at once."""
         if rpc == "Subscribe" and info.num_samples == 0:
             raise Rejected(
-                "undeclared_samples", f"{info.participant_id} must declare its sample count at Join"
+                Refusal.UNDECLARED_SAMPLES, f"{info.participant_id} must declare its sample count at Join"
             )
         self.open_stream(info.participant_id, rpc)
         if rpc == "Subscribe" and self.on_connected is not None:
@@ -172,11 +173,11 @@ class Sessions:
         with self.cond:
             open_now = self.open_calls.get(key, 0)
             if open_now >= self.max_streams:
-                raise Rejected("too_many_streams", f"{pid} already has {open_now} {rpc} calls open")
+                raise Rejected(Refusal.TOO_MANY_STREAMS, f"{pid} already has {open_now} {rpc} calls open")
             first_task_stream = rpc == "Subscribe" and open_now == 0
             if first_task_stream and self._connected >= self.max_participants:
                 raise Rejected(
-                    "too_many_participants",
+                    Refusal.TOO_MANY_PARTICIPANTS,
                     f"{self._connected} participants already hold a task stream (at most "
                     f"{self.max_participants})",
                 )

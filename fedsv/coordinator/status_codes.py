@@ -4,45 +4,48 @@ from __future__ import annotations
 
 import grpc
 
-STATUS_OF_REASON: dict[str, grpc.StatusCode] = {
+from fedsv.coordinator.refusals import Refusal
+
+STATUS_OF_REASON: dict[Refusal, grpc.StatusCode] = {
     # who the caller is (RunState: join, authenticate, check_peer)
-    "bad_credential": grpc.StatusCode.UNAUTHENTICATED,
-    "bad_participant_token": grpc.StatusCode.UNAUTHENTICATED,
-    "bad_token": grpc.StatusCode.UNAUTHENTICATED,
-    "no_certificate": grpc.StatusCode.UNAUTHENTICATED,
-    "no_credential": grpc.StatusCode.UNAUTHENTICATED,  # an update naming no sender (update_stream)
-    "wrong_identity": grpc.StatusCode.PERMISSION_DENIED,
-    "sender_mismatch": grpc.StatusCode.PERMISSION_DENIED,  # a header speaking for another sender
-    "unknown_participant": grpc.StatusCode.UNAUTHENTICATED,  # as a bad token: no id list for strangers
-    "wrong_world_size": grpc.StatusCode.FAILED_PRECONDITION,
-    "bad_rank": grpc.StatusCode.INVALID_ARGUMENT,
-    "too_many_streams": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "too_many_participants": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Refusal.BAD_CREDENTIAL: grpc.StatusCode.UNAUTHENTICATED,
+    Refusal.BAD_PARTICIPANT_TOKEN: grpc.StatusCode.UNAUTHENTICATED,
+    Refusal.BAD_TOKEN: grpc.StatusCode.UNAUTHENTICATED,
+    Refusal.NO_CERTIFICATE: grpc.StatusCode.UNAUTHENTICATED,
+    Refusal.NO_CREDENTIAL: grpc.StatusCode.UNAUTHENTICATED,  # an update naming no sender (update_stream)
+    Refusal.WRONG_IDENTITY: grpc.StatusCode.PERMISSION_DENIED,
+    Refusal.SENDER_MISMATCH: grpc.StatusCode.PERMISSION_DENIED,  # a header speaking for another sender
+    Refusal.UNKNOWN_PARTICIPANT: grpc.StatusCode.UNAUTHENTICATED,  # as a bad token: no id list for strangers
+    Refusal.WRONG_WORLD_SIZE: grpc.StatusCode.FAILED_PRECONDITION,
+    Refusal.BAD_RANK: grpc.StatusCode.INVALID_ARGUMENT,
+    Refusal.TOO_MANY_STREAMS: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Refusal.TOO_MANY_PARTICIPANTS: grpc.StatusCode.RESOURCE_EXHAUSTED,
     # when it may submit (RunState.check_update)
-    "wrong_round": grpc.StatusCode.FAILED_PRECONDITION,
-    "round_closed": grpc.StatusCode.FAILED_PRECONDITION,
-    "not_selected": grpc.StatusCode.PERMISSION_DENIED,
-    "duplicate": grpc.StatusCode.ALREADY_EXISTS,
+    Refusal.WRONG_ROUND: grpc.StatusCode.FAILED_PRECONDITION,
+    Refusal.ROUND_CLOSED: grpc.StatusCode.FAILED_PRECONDITION,
+    Refusal.NOT_SELECTED: grpc.StatusCode.PERMISSION_DENIED,
+    Refusal.DUPLICATE: grpc.StatusCode.ALREADY_EXISTS,
     # how many samples it has (declared at Join, FedAvg's weight)
-    "bad_sample_count": grpc.StatusCode.INVALID_ARGUMENT,
-    "undeclared_samples": grpc.StatusCode.FAILED_PRECONDITION,
-    "sample_count_mismatch": grpc.StatusCode.INVALID_ARGUMENT,
+    Refusal.BAD_SAMPLE_COUNT: grpc.StatusCode.INVALID_ARGUMENT,
+    Refusal.UNDECLARED_SAMPLES: grpc.StatusCode.FAILED_PRECONDITION,
+    Refusal.SAMPLE_COUNT_MISMATCH: grpc.StatusCode.INVALID_ARGUMENT,
     # what it sends (the header, and the wire codec's WireError reasons)
-    "header_timeout": grpc.StatusCode.DEADLINE_EXCEEDED,  # no header within --header-timeout
-    "request_timeout": grpc.StatusCode.DEADLINE_EXCEEDED,  # no unary request within it (first_message)
-    "bad_header": grpc.StatusCode.INVALID_ARGUMENT,
-    "unexpected_tensors": grpc.StatusCode.INVALID_ARGUMENT,
-    "too_large": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "too_many_tensors": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "bad_chunk": grpc.StatusCode.INVALID_ARGUMENT,
-    "incomplete": grpc.StatusCode.INVALID_ARGUMENT,
-    "checksum_mismatch": grpc.StatusCode.DATA_LOSS,
-    "non_finite": grpc.StatusCode.INVALID_ARGUMENT,
+    Refusal.HEADER_TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,  # no header within --header-timeout
+    Refusal.REQUEST_TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,  # no unary request within it (first_message)
+    Refusal.BAD_HEADER: grpc.StatusCode.INVALID_ARGUMENT,
+    Refusal.UNEXPECTED_TENSORS: grpc.StatusCode.INVALID_ARGUMENT,
+    Refusal.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Refusal.TOO_MANY_TENSORS: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Refusal.BAD_CHUNK: grpc.StatusCode.INVALID_ARGUMENT,
+    Refusal.INCOMPLETE: grpc.StatusCode.INVALID_ARGUMENT,
+    Refusal.CHECKSUM_MISMATCH: grpc.StatusCode.DATA_LOSS,
+    Refusal.NON_FINITE: grpc.StatusCode.INVALID_ARGUMENT,
     # bytes that are no protobuf message of the method's type (interceptors.MalformedRequests)
-    "malformed": grpc.StatusCode.INVALID_ARGUMENT,
+    Refusal.MALFORMED: grpc.StatusCode.INVALID_ARGUMENT,
 }
 
 
 def status_of(reason: str) -> grpc.StatusCode:
-    """The status code of a refusal; a reason missing from the table is a bug, so it fails loudly."""
-    return STATUS_OF_REASON[reason]
+    """The status code of a refusal (a Refusal, or a WireError's reason); a reason that is no Refusal is a
+    bug, so it fails loudly."""
+    return STATUS_OF_REASON[Refusal(reason)]

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from fedsv.coordinator.calls import Calls
+from fedsv.coordinator.refusals import Refusal
 from fedsv.coordinator.sessions import ParticipantInfo, Rejected
 from fedsv.security.tls import peer_identity
 from fedsv.wire.call_settings import PARTICIPANT_KEY, SESSION_TOKEN_KEY, claimed_sender
@@ -83,7 +84,7 @@ class UpdateReceiver:
             return Sender(peer, None)
         await self.calls.refuse(
             context,
-            "no_credential",
+            Refusal.NO_CREDENTIAL,
             f"an update must name its sender: a client certificate, or {PARTICIPANT_KEY} and "
             f"{SESSION_TOKEN_KEY} metadata",
         )
@@ -101,9 +102,9 @@ class UpdateReceiver:
         try:
             first = await asyncio.wait_for(anext(requests, None), timeout)
         except TimeoutError:
-            await self.calls.refuse(context, "header_timeout", f"no update header within {timeout:g} s")
+            await self.calls.refuse(context, Refusal.HEADER_TIMEOUT, f"no update header within {timeout:g} s")
         if first is None or first.WhichOneof("kind") != "header":
-            await self.calls.refuse(context, "bad_header", "an update must start with a header")
+            await self.calls.refuse(context, Refusal.BAD_HEADER, "an update must start with a header")
         header = first.header
         # Counted under the open round, never under the round an unauthenticated header claims (an
         # attacker's round numbers would otherwise create traffic rows that are never collected).
@@ -112,7 +113,9 @@ class UpdateReceiver:
             header.participant_id != sender.identity or header.session_token != sender.token
         ):
             await self.calls.refuse(
-                context, "sender_mismatch", f"the header speaks for another sender than {sender.identity}"
+                context,
+                Refusal.SENDER_MISMATCH,
+                f"the header speaks for another sender than {sender.identity}",
             )
         try:
             info = self.state.sessions.authenticate(header.participant_id, header.session_token, peer)
@@ -140,7 +143,7 @@ class UpdateReceiver:
             # A count that contradicts the one declared at Join cannot be aggregated: as for an update
             # that is not finite, the round stops waiting for it once the others are in, where the
             # sender is proven by its certificate (a stolen token must not burn its owner's round).
-            if peer is not None and exc.reason == "sample_count_mismatch":
+            if peer is not None and exc.reason == Refusal.SAMPLE_COUNT_MISMATCH:
                 self.state.board.refuse_update(info, header.round, exc.reason)
             raise
         try:

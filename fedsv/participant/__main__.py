@@ -142,8 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rank in assignment.ranks
     ]
     results = RankHost(workers, stop, training_threads=args.training_threads).run()
-    logger.info("ranks %s (%s) ended: %s", assignment.ranks, assignment.source, results)
-    return 0 if all(r == "finished" for r in results.values()) else 1
+    ended = {rank: str(result) for rank, result in results.items()}
+    logger.info("ranks %s (%s) ended: %s", assignment.ranks, assignment.source, ended)
+    return 0 if all(result.ok for result in results.values()) else 1
 
 
 if __name__ == "__main__":

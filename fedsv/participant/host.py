@@ -9,6 +9,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from fedsv.participant.results import STOPPED, RankEnd, RankResult
 from fedsv.participant.retry import STOP_POLL_SECONDS
 from fedsv.participant.shared import ChannelPool, Shared
 from fedsv.participant.worker import RankWorker
@@ -49,14 +50,14 @@ class RankHost:
         self.stop = stop
         self.training_threads = training_threads or default_training_threads()
 
-    def run(self) -> dict[int, str]:
-        """Play every rank to its end; rank -> its result ("finished", "stopped", "error: ...")."""
+    def run(self) -> dict[int, RankResult]:
+        """Play every rank to its end; rank -> how it ended."""
         return asyncio.run(self._main())
 
-    async def _main(self) -> dict[int, str]:
+    async def _main(self) -> dict[int, RankResult]:
         first = self.workers[0]
         channels = ChannelPool(first.target, first.tls_dir, first.server_name)
-        results: dict[int, str] = {}
+        results: dict[int, RankResult] = {}
         executor = ThreadPoolExecutor(self.training_threads, thread_name_prefix="train")
         try:
             shared = Shared(channels, executor)
@@ -69,21 +70,21 @@ class RankHost:
             watcher.cancel()
             for task, worker in tasks.items():
                 if task.cancelled():
-                    results.setdefault(worker.rank, "stopped")
+                    results.setdefault(worker.rank, STOPPED)
         finally:
             await channels.close()
             executor.shutdown(wait=False, cancel_futures=True)
         return results
 
-    async def _play(self, worker: RankWorker, shared: Shared, results: dict[int, str]) -> None:
+    async def _play(self, worker: RankWorker, shared: Shared, results: dict[int, RankResult]) -> None:
         try:
             results[worker.rank] = await worker.play(shared)
         except asyncio.CancelledError:
-            results[worker.rank] = "stopped"
+            results[worker.rank] = STOPPED
             raise
         except Exception as exc:  # a rank's failure must not take the other ranks of the process down
             logger.exception("rank %d failed", worker.rank)
-            results[worker.rank] = f"error: {exc}"
+            results[worker.rank] = RankResult(RankEnd.ERROR, str(exc))
         finally:
             released = shared.channels.release(worker.rank)
             if released is not None:
@@ -98,7 +99,7 @@ class RankHost:
             task.cancel()
 
 
-def run_alone(worker: RankWorker) -> str:
+def run_alone(worker: RankWorker) -> RankResult:
     """Play one rank alone (its own event loop, channel and one training thread); blocks. Returns the
     coordinator's end reason, or why the rank gave up."""
     return RankHost([worker], worker.stop, training_threads=1).run()[worker.rank]

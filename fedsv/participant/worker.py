@@ -16,6 +16,7 @@ from torch import Tensor
 
 from fedsv.data.sources import Samples
 from fedsv.participant.local import LocalRank, LocalSettings, LocalSetupError
+from fedsv.participant.results import STOPPED, RankEnd, RankResult
 from fedsv.participant.retry import (
     JOIN_REFUSED,
     RESUBMIT,
@@ -70,7 +71,7 @@ class RankWorker:
         self.rounds_trained: list[int] = []
         self._local: LocalRank | None = None
 
-    async def play(self, shared: Shared) -> str:
+    async def play(self, shared: Shared) -> RankResult:
         """Returns the coordinator's end reason, or why this rank gave up."""
         backoff = Backoff(seed=self.rank)
         last_contact = self.joined_at = time.time()
@@ -85,15 +86,15 @@ class RankWorker:
                 last_contact = time.time()
             except JoinRefused as exc:
                 logger.error("rank %d: coordinator refused our Join: %s", self.rank, exc)
-                return f"refused: {exc.code.name}"
+                return RankResult(RankEnd.REFUSED, exc.code.name)
             except LocalSetupError as exc:
                 logger.error("rank %d: cannot take part: %s", self.rank, exc)
-                return f"error: {exc}"
+                return RankResult(RankEnd.ERROR, str(exc))
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code not in RETRYABLE:
                     logger.error("rank %d: coordinator refused us: %s %s", self.rank, code, exc.details())
-                    return f"refused: {code.name}"
+                    return RankResult(RankEnd.REFUSED, code.name)
                 if self.joined_at >= session_started:  # we reached it: unreachable only from now on
                     last_contact = time.time()
                     backoff.reset()
@@ -102,11 +103,11 @@ class RankWorker:
                         "rank %d: gave up: coordinator %s unreachable for %.0f s (--give-up-after; last: %s)",
                         self.rank, self.target, self.give_up_after, code.name,
                     )  # fmt: skip
-                    return "gave up: coordinator unreachable"
+                    return RankResult(RankEnd.GAVE_UP, "coordinator unreachable")
                 delay = backoff.next()  # jittered: a burst of ranks cut off together comes back spread out
                 logger.info("rank %d: %s; reconnecting in %.1fs", self.rank, code.name, delay)
                 await sleep_unless_stopped(self.stop, delay)
-        return "stopped"
+        return STOPPED
 
     async def _join(self, stub: Any, shared: Shared, num_samples: int) -> fedsv_pb2.JoinReply:
         """Join as this rank, declaring `num_samples` (0 while a simulated shard is not derived yet)."""
@@ -128,7 +129,7 @@ class RankWorker:
         self.joined_at = time.time()
         return reply
 
-    async def _session(self, stub: Any, shared: Shared) -> str | None:
+    async def _session(self, stub: Any, shared: Shared) -> RankResult | None:
         """Join and follow the task stream; None if the stream ended without the end of the run."""
         if self._local is not None:
             count = self._local.declared_samples
@@ -160,7 +161,7 @@ class RankWorker:
                 if kind == "end":
                     logger.info("rank %d: run ended (%s)", self.rank, event.end.reason)
                     await _let_close(call)
-                    return str(event.end.reason or "finished")
+                    return RankResult.from_coordinator(event.end.reason)
                 if kind == "task":
                     task, received = event.task, 0
                     assembler = TensorSetAssembler(
@@ -175,7 +176,7 @@ class RankWorker:
                     await self._train_and_submit(stub, shared, reply, task, assembler)
                     task, assembler = None, None
                 if self.stop.is_set():
-                    return "stopped"
+                    return STOPPED
         finally:
             call.cancel()  # a no-op once the stream ended; else the server sees the client go away
         return None

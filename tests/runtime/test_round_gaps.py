@@ -37,7 +37,9 @@ def _config(tmp_path: Path, **overrides: Any) -> ServerConfig:
 
 def _play(workers: list[RankWorker]) -> tuple[dict[int, str], list[threading.Thread]]:
     results: dict[int, str] = {}
-    threads = [threading.Thread(target=lambda w=w: results.update({w.rank: run_alone(w)})) for w in workers]
+    threads = [
+        threading.Thread(target=lambda w=w: results.update({w.rank: str(run_alone(w))})) for w in workers
+    ]
     for thread in threads:
         thread.start()
     return results, threads

@@ -312,7 +312,7 @@ def test_a_tls_run_completes_and_health_is_plaintext_on_its_own_port(tmp_path: P
         workers = [RankWorker(target, r, 2, tls_dir=str(tls_dir), give_up_after=60) for r in range(2)]
         results: dict[int, str] = {}
         threads = [
-            threading.Thread(target=lambda w=w: results.update({w.rank: run_alone(w)})) for w in workers
+            threading.Thread(target=lambda w=w: results.update({w.rank: str(run_alone(w))})) for w in workers
         ]
         for thread in threads:
             thread.start()
@@ -450,7 +450,7 @@ def test_a_participant_refused_for_capacity_sends_its_update_again(tmp_path: Pat
         workers = [RankWorker(target, r, 2, tls_dir=str(tls_dir), give_up_after=60) for r in range(2)]
         results: dict[int, str] = {}
         threads = [
-            threading.Thread(target=lambda w=w: results.update({w.rank: run_alone(w)})) for w in workers
+            threading.Thread(target=lambda w=w: results.update({w.rank: str(run_alone(w))})) for w in workers
         ]
         for thread in threads:
             thread.start()
@@ -523,7 +523,7 @@ def test_header_less_streams_with_a_stolen_session_token_hold_only_that_particip
             workers = [RankWorker(target, r, 2, give_up_after=60) for r in range(2)]
         results: dict[int, str] = {}
         threads = [
-            threading.Thread(target=lambda w=w: results.update({w.rank: run_alone(w)})) for w in workers
+            threading.Thread(target=lambda w=w: results.update({w.rank: str(run_alone(w))})) for w in workers
         ]
         for thread in threads:
             thread.start()

@@ -86,7 +86,7 @@ def test_3n_plus_64_stalled_calls_do_not_stop_a_run(tmp_path: Path) -> None:
         workers = [RankWorker(target, r, participants, give_up_after=120) for r in range(participants)]
         results: dict[int, str] = {}
         threads = [
-            threading.Thread(target=lambda w=w: results.update({w.rank: run_alone(w)})) for w in workers
+            threading.Thread(target=lambda w=w: results.update({w.rank: str(run_alone(w))})) for w in workers
         ]
         for thread in threads:
             thread.start()

@@ -6,50 +6,43 @@ import ast
 from pathlib import Path
 
 import grpc
+import pytest
 
-from fedsv.coordinator import round_board, run_state, sessions
+from fedsv.coordinator import run_state
+from fedsv.coordinator.refusals import Refusal
 from fedsv.coordinator.status_codes import STATUS_OF_REASON, status_of
 from fedsv.wire.codec import WIRE_ERROR_REASONS
 
 
-def _rejected_reasons() -> set[str]:
-    """The first argument of every Rejected(...) the sessions and the round board raise."""
-    trees = [ast.parse(Path(str(module.__file__)).read_text()) for module in (sessions, round_board)]
-    return {
-        str(node.args[0].value)
-        for tree in trees
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "Rejected"
-        and node.args
-        and isinstance(node.args[0], ast.Constant)
-    }
-
-
-def _refused_reasons() -> set[str]:
-    """The reason (a string constant) of every `refuse(context, REASON, ...)` in the coordinator."""
-    out: set[str] = set()
+def _reason_arguments() -> list[ast.expr]:
+    """The reason argument of every Rejected(...), `refuse(context, REASON, ...)` and module-level
+    `refuse(context, metrics, log, REASON, ...)` in the coordinator."""
+    out: list[ast.expr] = []
     for path in Path(run_state.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "refuse"
-                and len(node.args) >= 2
-                and isinstance(node.args[1], ast.Constant)
-            ):
-                out.add(str(node.args[1].value))
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            position = {"Rejected": 0, "refuse": 1 if isinstance(node.func, ast.Attribute) else 3}.get(name)
+            if position is not None and len(node.args) > position:
+                out.append(node.args[position])
     return out
 
 
-def test_every_reason_raised_has_a_status_code() -> None:
-    reasons = _rejected_reasons()
-    assert len(reasons) >= 12, reasons  # the scan found the refusals
-    refused = _refused_reasons()
-    assert {"no_credential", "header_timeout", "sender_mismatch"} <= refused, refused
-    missing = (reasons | refused | set(WIRE_ERROR_REASONS) | {"malformed"}) - set(STATUS_OF_REASON)
-    assert not missing
+def test_every_refusal_has_a_status_code_and_every_reason_raised_is_a_refusal() -> None:
+    assert set(STATUS_OF_REASON) == set(Refusal)  # one code per reason, no code for a stray string
+    assert set(WIRE_ERROR_REASONS) <= set(Refusal)  # the codec's reasons, by value
+    arguments = _reason_arguments()
+    assert len(arguments) >= 20, len(arguments)  # the scan found the refusals
+    literals = [ast.unparse(a) for a in arguments if isinstance(a, ast.Constant)]
+    assert not literals, f"refusal reasons written as strings, not Refusal members: {literals}"
+    named = {a.attr for a in arguments if isinstance(a, ast.Attribute) and ast.unparse(a.value) == "Refusal"}
+    assert {"NO_CREDENTIAL", "HEADER_TIMEOUT", "SENDER_MISMATCH", "MALFORMED", "REQUEST_TIMEOUT"} <= named
+    assert named <= {member.name for member in Refusal}
+    for reason in Refusal:
+        assert isinstance(status_of(reason), grpc.StatusCode) and status_of(str(reason)) is status_of(reason)
+    with pytest.raises(ValueError):
+        status_of("no_such_reason")
 
 
 def test_codes_say_what_went_wrong() -> None:
