@@ -1,0 +1,44 @@
+"""Importing a layer in a fresh interpreter loads only the layers below it (the contract: tests/unit)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_layers import (
+    ALLOWED,
+    LOAD_LAYER,
+    NO_GRPC,
+    OLD_TOP_LEVEL,
+    installed_for,
+    layer_of,
+    modules_of,
+)
+
+
+@pytest.mark.parametrize("layer", list(ALLOWED))
+def test_importing_a_layer_loads_only_the_layers_below_it(layer: str, tmp_path: Path) -> None:
+    """In a fresh interpreter, outside the checkout: import every module of the layer, read sys.modules."""
+    # A module that needs a package installed only on some machines is imported only where it is.
+    modules = sorted(name for name in modules_of(layer) if installed_for(name))
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_LAYER, *modules],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = json.loads(proc.stdout)
+    assert set(modules) <= set(loaded)
+    layers = {found for name in loaded if name.startswith("fedsv.") and (found := layer_of(name))}
+    extra = layers - {layer, *ALLOWED[layer]}
+    assert not extra, f"{layer} pulled in {sorted(extra)}"
+    assert not [name for name in loaded if name.split(".")[0] in OLD_TOP_LEVEL]
+    if layer in NO_GRPC:
+        assert not [name for name in loaded if name.split(".")[0] == "grpc"], f"{layer} loaded grpc"
