@@ -20,11 +20,12 @@ from fedsv.fl.selection import select_ranks, train_seed
 from fedsv.fl.state import params_of
 from fedsv.fl.update_guard import GuardMemory, guard_updates
 from fedsv.fl.updates import ClientUpdate
+from fedsv.pipeline.valuers import InlineValuer, RoundInputs
 from fedsv.task.interface import TrainContext
 from fedsv.task.sources import evaluation_samples, rank_samples, rank_source
 from fedsv.valuation import FederatedValuation, RoundValues
 from fedsv.valuation.initial_spread import measure
-from fedsv.valuation.round_valuation import GameSettings, value_updates
+from fedsv.valuation.round_valuation import GameSettings
 
 
 @dataclass(frozen=True)
@@ -132,22 +133,14 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
     same selections, models and values."""
     accounting = FederatedValuation([participant_id(r) for r in range(config.participants)])
     accuracies: list[float] = []
+    valuer: InlineValuer | None = None
     for trained, accuracy in demo_rounds(config):
-        if not accounting.initial_scores:  # as the coordinator measures them when a run starts
+        if valuer is None:  # the coordinator's inline valuer; initial scores as it measures them at start
             task, validation = config.load_task(), trained.validation
             scores = measure(task.build_model, validation.x, validation.y, task.metric, config.seed)
             accounting.initial_scores = list(scores.values())
-        values = value_updates(
-            trained.model,
-            trained.params,
-            trained.updates,
-            trained.validation,
-            trained.round,
-            config.valuation_spec(trained.round),
-            accounting,
-            trained.game,
-            selected=trained.selected,
-        )
+            valuer = InlineValuer(trained.model, validation, trained.game, config.valuation_spec, accounting)
+        values = valuer.value(RoundInputs(trained.round, trained.params, trained.updates, trained.selected))
         accuracies.append(accuracy)
         if on_round is not None:
             on_round(values, accuracy)

@@ -25,7 +25,6 @@ from fedsv.ledger import (
     value_rows,
 )
 from fedsv.pipeline.metrics import RunMetrics
-from fedsv.pipeline.pending import PendingRound, PendingStore
 from fedsv.valuation import FederatedValuation, RoundValues
 
 logger = logging.getLogger(__name__)
@@ -46,13 +45,12 @@ class PhaseClock:
 
 @dataclass(frozen=True)
 class RoundResult:
-    """What a round produced: the closed round, w_{t+1}, its values when valued inline (else its
-    valuation inputs, `pending`), the test score, one model copy's bytes, and its timings."""
+    """What a round produced: the closed round, w_{t+1}, its values when valued inline (None: they
+    follow from the background valuer), the test score, one model copy's bytes, and its timings."""
 
     closed: OpenRound
     params: dict[str, Tensor]
     values: RoundValues | None
-    pending: PendingRound | None
     test: TestScore
     model_bytes: int
     aggregation_seconds: float
@@ -61,17 +59,17 @@ class RoundResult:
 
 
 class RoundCommitter:
-    """Commits rounds: one SQLite transaction each, a pending round's inputs on disk before it."""
+    """Commits rounds: one SQLite transaction each (a pending round's inputs are on disk before it:
+    the background valuer wrote them)."""
 
     def __init__(
         self,
         ledger: Ledger,
-        store: PendingStore,
         metrics: RunMetrics,
         traffic: TrafficCounter,
         accounting: FederatedValuation,
     ) -> None:
-        self.ledger, self.store, self.metrics = ledger, store, metrics
+        self.ledger, self.metrics = ledger, metrics
         self.traffic, self.accounting = traffic, accounting
 
     def commit(self, result: RoundResult, rng_state: str, extra: str = "{}") -> RoundRecord:
@@ -105,8 +103,6 @@ class RoundCommitter:
             UpdateRow(number, u.participant, u.num_samples, u.train_seconds)
             for u in sorted(closed.received.values(), key=lambda u: u.participant)
         ]
-        if result.pending is not None:
-            self.store.save(result.pending)
         effects = [
             EffectRow(number, pid, e.effect, e.stderr, pid in closed.received)
             for pid, e in sorted(closed.effects.items())

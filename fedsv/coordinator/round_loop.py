@@ -13,7 +13,6 @@ from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.resume import RunProgress
 from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.round_commit import PhaseClock, RoundCommitter, RoundResult
-from fedsv.coordinator.round_step import step_round
 from fedsv.coordinator.run_end import FINISHED, STOPPED, EndKind, RunEnd
 from fedsv.coordinator.run_inputs import RunInputs
 from fedsv.coordinator.run_state import RunState
@@ -27,8 +26,7 @@ from fedsv.fl.update_guard import GuardedRound, guard_updates
 from fedsv.fl.updates import ClientUpdate
 from fedsv.ledger import TestScore
 from fedsv.pipeline.metrics import RunMetrics
-from fedsv.pipeline.pending import PendingRound
-from fedsv.pipeline.valuation_worker import ValuationWorker
+from fedsv.pipeline.valuers import RoundInputs, Valuer
 from fedsv.valuation.round_valuation import GameSettings
 from fedsv.wire.codec import encode_tensor_set
 
@@ -38,8 +36,8 @@ logger = logging.getLogger(__name__)
 class RoundLoop:
     """Runs the rounds of one run from `progress` (a fresh run, or where the ledger left off).
 
-    With a `worker` (pipelined valuation) a round is committed as pending and its values follow from the
-    worker; without one (inline) each round is valued before the next.
+    Its `valuer` (fedsv.pipeline.valuers) values each round: inline before the round is committed, or in
+    the background, the round committed as pending and its values following.
     """
 
     def __init__(
@@ -52,10 +50,10 @@ class RoundLoop:
         progress: RunProgress,
         committer: RoundCommitter,
         metrics: RunMetrics,
-        worker: ValuationWorker | None = None,
+        valuer: Valuer,
     ) -> None:
         self.run_config, self.server_config, self.state = run, server, state
-        self.inputs, self.committer, self.metrics, self.worker = inputs, committer, metrics, worker
+        self.inputs, self.committer, self.metrics, self.valuer = inputs, committer, metrics, valuer
         self.stop_event = threading.Event()
         self.game_settings = game_settings
         self.params, self.completed, self.accounting = (
@@ -74,19 +72,17 @@ class RoundLoop:
     def run(self) -> RunEnd:
         """Run the remaining rounds. With pipelined valuation the run is finished once every round also
         has its values: the participants are released after the last round, then the backlog is valued."""
-        if self.worker is not None:
-            self.worker.warm_up()  # the valuation process loads while the participants join
+        self.valuer.warm_up()  # the valuation process loads while the participants join
         try:
             end = self._rounds()
             self.state.board.finish(end, self.completed)
-            if end.finished and self.worker is not None:
-                if not self.worker.drain(self.stop_event):
-                    return self._stopped(EndKind.VALUATION_FAILED, self.worker.error)
-                self.worker.settle(self.stop_event)  # every value is in: a stop here ends it finished
+            if end.finished:
+                if not self.valuer.finish(self.stop_event):
+                    return self._stopped(EndKind.VALUATION_FAILED, self.valuer.error)
+                self.valuer.settle(self.stop_event)  # every value is in: a stop here ends it finished
             return end
         finally:
-            if self.worker is not None:
-                self.worker.close()
+            self.valuer.close()
 
     def _stopped(self, kind: EndKind, detail: str = "") -> RunEnd:
         """STOPPED when asked to stop (a signal), else the end of this kind."""
@@ -137,8 +133,8 @@ class RoundLoop:
     def _round(self, number: int) -> RunEnd | None:
         """One round, committed; None, or how the run ends when this round cannot complete."""
         clock = PhaseClock()  # a round's time includes any wait for the valuation backlog to shrink
-        if self.worker is not None and not self.worker.wait_for_room(self.stop_event):
-            return self._stopped(EndKind.VALUATION_FAILED, self.worker.error)
+        if not self.valuer.wait_for_room(self.stop_event):
+            return self._stopped(EndKind.VALUATION_FAILED, self.valuer.error)
         clock.lap("backlog")
         opened = self._open(number)
         quorum = self._collect(opened)
@@ -152,42 +148,28 @@ class RoundLoop:
         result = self._step(closed, updates, clock, opened.task_header.total_bytes)
         extra = json.dumps({"guard": self.guard.to_json()})
         self.committer.commit(result, json.dumps(self.rng.bit_generator.state), extra)
-        if result.pending is not None and self.worker is not None:
-            self.worker.submit(number)
+        self.valuer.committed(number)
         self.params, self.completed = result.params, number
         return None
 
     def _step(
         self, closed: OpenRound, updates: list[ClientUpdate], clock: PhaseClock, model_bytes: int
     ) -> RoundResult:
-        """Aggregate (and, inline, value) the round's updates, then score w_{t+1} on the test set."""
+        """Aggregate the round's updates, value them (inline: now; in the background: their inputs to
+        disk, the values to follow), then score w_{t+1} on the test set."""
         number, inputs = closed.round, self.inputs
-        if self.worker is None:  # inline: aggregate and value before the next round
-            spec = self.run_config.valuation_spec(number)
-            outcome = step_round(
-                inputs.model,
-                self.params,
-                updates,
-                inputs.validation,
-                number,
-                spec,
-                self.accounting,
-                self.game_settings,
-            )
-            new_params, values = outcome.params, outcome.values
-            aggregation, valuation = outcome.aggregation_seconds, outcome.valuation_seconds
-        else:  # pipelined: the worker values this round while the next one trains
-            started = time.perf_counter()
-            new_params, values = aggregate(self.params, updates, number, self.game_settings.aggregation), None
-            aggregation, valuation = time.perf_counter() - started, 0.0
+        started = time.perf_counter()
+        new_params = aggregate(self.params, updates, number, self.game_settings.aggregation)
+        aggregated = time.perf_counter()
+        values = self.valuer.value(RoundInputs(number, self.params, updates, closed.selected))
+        valuation = time.perf_counter() - aggregated if values is not None else 0.0
         clock.lap("aggregation_and_valuation")  # split by the timings above
         test = TestScore()  # no test set: nothing to report
         if inputs.test is not None:
             test = TestScore(*evaluate(inputs.model, new_params, inputs.test.x, inputs.test.y))
         clock.lap("evaluation")
-        pending = PendingRound(number, self.params, updates) if values is None else None
         return RoundResult(
-            closed, new_params, values, pending, test, model_bytes, aggregation, valuation, clock
+            closed, new_params, values, test, model_bytes, aggregated - started, valuation, clock
         )
 
     def _bounded(self, closed: OpenRound) -> list[ClientUpdate]:

@@ -33,6 +33,7 @@ from fedsv.ledger import LEDGER_FILE, Ledger
 from fedsv.pipeline.metrics import RunMetrics, serve_metrics, stop_metrics
 from fedsv.pipeline.pending import PendingStore
 from fedsv.pipeline.valuation_worker import ValuationWorker
+from fedsv.pipeline.valuers import BackgroundValuer, InlineValuer, Valuer
 from fedsv.security.certs import read_tokens
 from fedsv.security.tls import server_credentials
 from fedsv.valuation.initial_spread import measure
@@ -152,11 +153,13 @@ class Coordinator:
         store = PendingStore(state_dir / "pending")
         world = [participant_id(rank) for rank in range(run.participants)]
         progress = resume(self.ledger, store, self.metrics, params_of(inputs.model), world)
-        committer = RoundCommitter(self.ledger, store, self.metrics, self.state.traffic, progress.accounting)
+        committer = RoundCommitter(self.ledger, self.metrics, self.state.traffic, progress.accounting)
         game = GameSettings(
             inputs.task.metric, server.valuation_device, server.valuation_precision, run.aggregation_rule()
         )
-        worker = None
+        valuer: Valuer = InlineValuer(
+            inputs.model, inputs.validation, game, run.valuation_spec, progress.accounting
+        )
         if server.valuation_schedule == "pipelined" and run.valuation != "none":
             worker = ValuationWorker(
                 RunSetup(run),
@@ -171,7 +174,8 @@ class Coordinator:
             )
             for pending in progress.backlog:
                 worker.submit(pending.round)
-        return RoundLoop(run, server, self.state, inputs, game, progress, committer, self.metrics, worker)
+            valuer = BackgroundValuer(worker, store)
+        return RoundLoop(run, server, self.state, inputs, game, progress, committer, self.metrics, valuer)
 
     def _serve_metrics(self) -> None:
         """Bind the metrics port (before the ledger: a port in use is a setting's error, not a run's)."""
@@ -243,8 +247,7 @@ class Coordinator:
         """Stop the round loop, then serve NOT_SERVING, end every open call (after a grace of about a
         second, however many are open) and release the ports and the ledger; idempotent."""
         self.loop.stop_event.set()
-        if self.loop.worker is not None:  # the round it is valuing (if any) ends; the rest stays pending
-            self.loop.worker.close()
+        self.loop.valuer.close()  # the round it is valuing (if any) ends; the rest stays pending
         self._release_ports()
         self.ledger.close()
 

@@ -32,7 +32,7 @@ from fedsv.app.report_text import format_table
 from fedsv.app.run_dirs import resolve_run
 from fedsv.integrations.flower import FedSVStrategy, UnsupportedStrategyError
 from fedsv.integrations.flower.replies import read_round
-from fedsv.integrations.flower.valuer import BackgroundValuer
+from fedsv.pipeline.valuers import BackgroundValuer
 from fedsv.valuation import ExactShapley, RoundGame, ValuationSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "flower"))

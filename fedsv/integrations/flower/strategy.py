@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from logging import ERROR, INFO, WARNING
@@ -26,13 +27,14 @@ from fedsv.integrations.flower.replies import FlowerRound, NameOf, read_round, s
 from fedsv.integrations.flower.rules import aggregation_rule
 from fedsv.integrations.flower.traffic import RoundTraffic, object_bytes
 from fedsv.integrations.flower.valuer import (
-    BackgroundValuer,
-    InlineValuer,
-    Valuer,
     ValuerInputs,
     background_blocker,
+    background_valuer,
+    inline_valuer,
+    round_inputs,
 )
 from fedsv.ledger import RoundStatus, RoundTimes, build_round_record
+from fedsv.pipeline.valuers import Valuer
 from fedsv.task.interface import Task
 from fedsv.valuation import RoundValues, ValuationSpec
 from fedsv.valuation.initial_spread import measure, reinitialized, seeded
@@ -158,8 +160,8 @@ class FedSVStrategy(Strategy):
             )
         inputs = ValuerInputs(self.model, validation, self.spec, game, self.recorder, said)
         if background and blocker is None:
-            return BackgroundValuer(inputs, threads)
-        return InlineValuer(inputs)
+            return background_valuer(inputs, threads)
+        return inline_valuer(inputs)
 
     @property
     def rounds(self) -> dict[int, RoundValues]:
@@ -180,7 +182,7 @@ class FedSVStrategy(Strategy):
         self._finished = True
         if self.valuer.background:
             flower_log(INFO, "fedsv: valuing the backlog")
-        if not self.valuer.finish():
+        if not self.valuer.finish(threading.Event()):
             flower_log(
                 ERROR, "fedsv: valuation failed; the rounds left stay pending in %s", self.recorder.path
             )
@@ -228,7 +230,7 @@ class FedSVStrategy(Strategy):
         else:
             if not flower_round.participants:
                 logger.warning("round %d: no reply to aggregate, nothing to value", server_round)
-        values = self.valuer.value(flower_round) if flower_round.participants else None
+        values = self.valuer.value(round_inputs(flower_round)) if flower_round.participants else None
         valued = time.perf_counter()
         result = self.strategy.aggregate_train(server_round, replies)
         aggregated = time.perf_counter()
