@@ -13,19 +13,16 @@ from fedsv.coordinator.traffic import TrafficCounter
 from fedsv.ledger import (
     Checkpoint,
     EffectRow,
-    Ledger,
     RoundRecord,
     RoundTimes,
     TestScore,
     TrafficRow,
     UpdateRow,
     build_round_record,
-    class_rows,
     encode_params,
-    value_rows,
 )
-from fedsv.pipeline.metrics import RunMetrics
-from fedsv.valuation import FederatedValuation, RoundValues
+from fedsv.pipeline.round_sink import RoundSink
+from fedsv.valuation import RoundValues
 
 logger = logging.getLogger(__name__)
 
@@ -59,18 +56,11 @@ class RoundResult:
 
 
 class RoundCommitter:
-    """Commits rounds: one SQLite transaction each (a pending round's inputs are on disk before it:
-    the background valuer wrote them)."""
+    """Builds a finished round's record and rows and commits them through the pipeline's RoundSink (a
+    pending round's inputs are on disk before it: the background valuer wrote them)."""
 
-    def __init__(
-        self,
-        ledger: Ledger,
-        metrics: RunMetrics,
-        traffic: TrafficCounter,
-        accounting: FederatedValuation,
-    ) -> None:
-        self.ledger, self.metrics = ledger, metrics
-        self.traffic, self.accounting = traffic, accounting
+    def __init__(self, sink: RoundSink, traffic: TrafficCounter) -> None:
+        self.sink, self.traffic = sink, traffic
 
     def commit(self, result: RoundResult, rng_state: str, extra: str = "{}") -> RoundRecord:
         """Write the round, its values (unless pending), traffic, updates and checkpoint (w_{t+1} and
@@ -108,12 +98,7 @@ class RoundCommitter:
             for pid, e in sorted(closed.effects.items())
         ]
         checkpoint = Checkpoint(number, encode_params(result.params), rng_state, extra)
-        rows, classes = ([], []) if values is None else (value_rows(values), class_rows(values))
-        self.ledger.commit_round(record, rows, traffic_rows, checkpoint, updates, classes, effects)
-        if values is None or values.method == "none":  # nothing valued: no value gauge is set to 0
-            self.metrics.observe_training(record)
-        else:
-            self.metrics.observe_round(record, self.accounting.sums(), self.accounting.sum_errors())
+        self.sink.commit(record, values, traffic_rows, checkpoint, updates, effects)
         logger.info(
             "round %d done: received %d/%d, accuracy %.4f, valuation %s %.2fs",
             number,

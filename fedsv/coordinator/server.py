@@ -32,6 +32,7 @@ from fedsv.fl.state import params_of
 from fedsv.ledger import LEDGER_FILE, Ledger
 from fedsv.pipeline.metrics import RunMetrics, serve_metrics, stop_metrics
 from fedsv.pipeline.pending import PendingStore
+from fedsv.pipeline.round_sink import RoundSink
 from fedsv.pipeline.valuation_worker import ValuationWorker
 from fedsv.pipeline.valuers import BackgroundValuer, InlineValuer, Valuer
 from fedsv.security.certs import read_tokens
@@ -153,7 +154,9 @@ class Coordinator:
         store = PendingStore(state_dir / "pending")
         world = [participant_id(rank) for rank in range(run.participants)]
         progress = resume(self.ledger, store, self.metrics, params_of(inputs.model), world)
-        committer = RoundCommitter(self.ledger, self.metrics, self.state.traffic, progress.accounting)
+        committer = RoundCommitter(
+            RoundSink(self.ledger, self.metrics, progress.accounting), self.state.traffic
+        )
         game = GameSettings(
             inputs.task.metric, server.valuation_device, server.valuation_precision, run.aggregation_rule()
         )

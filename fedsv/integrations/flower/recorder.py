@@ -18,11 +18,10 @@ from fedsv.ledger import (
     RoundRecord,
     TrafficRow,
     UpdateRow,
-    class_rows,
     encode_params,
-    value_rows,
 )
 from fedsv.pipeline.metrics import RunMetrics
+from fedsv.pipeline.round_sink import RoundSink
 from fedsv.valuation import FederatedValuation, RoundValues
 
 logger = logging.getLogger(__name__)
@@ -46,7 +45,8 @@ def ledger_file(path: str | Path, run_id: str) -> Path:
 
 
 class RunRecorder:
-    """Commits each valued round (record, values, updates, traffic, checkpoint) in one transaction."""
+    """A Flower run's ledger and metrics: each round (record, values, updates, traffic, checkpoint) goes
+    through the pipeline's RoundSink, as the coordinator's do."""
 
     def __init__(
         self,
@@ -63,6 +63,7 @@ class RunRecorder:
         if self.ledger is not None:
             self.ledger.ensure_run(self.run_id, config)
         self.metrics = RunMetrics(registry) if registry is not None else None
+        self.sink = RoundSink(self.ledger, self.metrics, self.accounting)
 
     def set_initial_scores(self, scores: dict[int, float]) -> None:
         """The validation scores of other initial models (valuation/initial_spread.py), recorded in the
@@ -83,18 +84,12 @@ class RunRecorder:
     ) -> None:
         """Record a round (values None: valued later, or nothing was aggregated, as the record's status
         says; values given are already in `accounting`)."""
-        rows, classes = (value_rows(values), class_rows(values)) if values is not None else ([], [])
         # Flower replies carry no training time of their own: 0.0 stands for "not reported".
         updates = [UpdateRow(record.round, pid, n, 0.0) for pid, n in num_samples.items()]
-        if self.ledger is not None:
-            # The coordinator's own checkpoint format, so a Flower ledger reads back like a fedsv one.
-            checkpoint = Checkpoint(record.round, encode_params(params), "{}")
-            self.ledger.commit_round(record, rows, traffic, checkpoint, updates, classes)
-        if self.metrics is not None and values is None:
-            self.metrics.observe_training(record)
-        elif self.metrics is not None:
-            self.metrics.observe_round(record, self.accounting.sums(), self.accounting.sum_errors())
-        logger.debug("recorded round %d (%d values)", record.round, len(rows))
+        # The coordinator's own checkpoint format, so a Flower ledger reads back like a fedsv one.
+        checkpoint = Checkpoint(record.round, encode_params(params), "{}")
+        self.sink.commit(record, values, traffic, checkpoint, updates)
+        logger.debug("recorded round %d (%s)", record.round, record.status)
 
     def close(self) -> None:
         if self.ledger is not None:
