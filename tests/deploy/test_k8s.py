@@ -21,6 +21,7 @@ from fedsv.config.flags import build_configs
 from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.server import SERVICE_NAME
 from fedsv.coordinator.server_config import ServerConfig
+from fedsv.participant.results import FINISHED, RankResult
 from fedsv.security import certs
 from fedsv.task.interface import load_task
 from tests.support.processes import DEPLOY, dockerfile_one, flag_value, healthcheck_argv, need_tool
@@ -255,8 +256,8 @@ def _participant_ranks(
             self.server_name = str(_.get("server_name", ""))
             played.append((address, rank, world_size, tls_dir, None if samples is None else len(samples)))
 
-        async def play(self, shared: Any) -> str:
-            return "finished"
+        async def play(self, shared: Any) -> RankResult:
+            return FINISHED
 
     for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"):
         monkeypatch.delenv(name, raising=False)
