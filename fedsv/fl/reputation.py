@@ -111,14 +111,16 @@ class Reputation:
         middle = statistics.median(effects)
         return MAD_TO_SD * statistics.median(abs(e - middle) for e in effects)
 
-    def score(self, participant: str) -> float | None:
-        """Mean effect of the member's last updates over its error; None with fewer than MIN_UPDATES."""
+    def score(self, participant: str, spread: float | None = None) -> float | None:
+        """Mean effect of the member's last updates over its error; None with fewer than MIN_UPDATES.
+        `spread`: the federation's (spread()), when the caller has it already."""
         seen = list(self.history.get(participant, ()))
         if len(seen) < MIN_UPDATES:
             return None
         n = len(seen)
         mean = sum(e.effect for e in seen) / n
-        variance = (sum(e.stderr**2 for e in seen) / n + self.spread() ** 2) / n
+        federation = self.spread() if spread is None else spread
+        variance = (sum(e.stderr**2 for e in seen) / n + federation**2) / n
         if variance <= 0:
             return math.inf if mean > 0 else 0.0
         return mean / math.sqrt(variance)
@@ -129,9 +131,10 @@ class Reputation:
         while len(self.spreads) > SPREAD_ROUNDS:
             self.spreads.popleft()
         change = ReputationChange()
+        spread = self.spread()
         for pid in sorted(evidence):
             self.history.setdefault(pid, deque(maxlen=WINDOW)).append(evidence[pid])
-            score = self.score(pid)
+            score = self.score(pid, spread)
             if score is None:
                 continue
             if pid not in self.quarantined and score > ENTER:

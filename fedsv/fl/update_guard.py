@@ -255,7 +255,8 @@ def guard_updates(
     holding = [u for u in weighted if u.participant in quarantine]
     if len(holding) == len(weighted):  # quarantine never empties a round: screened as usual
         holding = []
-    weighted = [u for u in weighted if u.participant not in quarantine or not holding]
+    held_ids = {u.participant for u in holding}
+    weighted = [u for u in weighted if u.participant not in held_ids]
     guarded_norms = settings.history_rounds > 0  # the norms' memory on: the guard's small-round rule too
     bounded = bound_updates(weighted, norm_rule, memory.past(), smaller_of_few=guarded_norms)
     turned_away: dict[str, float] = {}

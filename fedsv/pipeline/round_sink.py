@@ -33,14 +33,16 @@ class RoundSink:
         record: RoundRecord,
         values: RoundValues | None,
         traffic: Sequence[TrafficRow],
-        checkpoint: Checkpoint,
+        checkpoint: Checkpoint | None,
         updates: Sequence[UpdateRow],
         effects: Sequence[EffectRow] = (),
     ) -> None:
         """Values None: they follow (or nothing was aggregated), as the record's status says; values
-        given are already in `accounting`."""
-        rows, classes = ([], []) if values is None else (value_rows(values), class_rows(values))
+        given are already in `accounting`. `checkpoint` None: there is no ledger to keep it."""
         if self.ledger is not None:
+            if checkpoint is None:
+                raise ValueError(f"round {record.round}: a ledger needs the round's checkpoint")
+            rows, classes = ([], []) if values is None else (value_rows(values), class_rows(values))
             self.ledger.commit_round(record, rows, traffic, checkpoint, updates, classes, effects)
         if self.metrics is None:
             return

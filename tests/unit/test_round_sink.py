@@ -34,4 +34,4 @@ def test_a_valued_round_and_a_pending_one_reach_the_ledger_and_the_metrics(tmp_p
         sink.commit(make_record(2), None, [], Checkpoint(2, b"w", "{}"), [])  # its values follow
         assert [r.round for r in ledger.rounds()] == [1, 2] and len(ledger.values()) == 2
         assert registry.get_sample_value("fedsv_rounds_completed_total") == 2
-    RoundSink(None, None, accounting).commit(make_record(3), None, [], Checkpoint(3, b"w", "{}"), [])
+    RoundSink(None, None, accounting).commit(make_record(3), None, [], None, [])  # no ledger: no checkpoint

@@ -86,8 +86,11 @@ class RunRecorder:
         says; values given are already in `accounting`)."""
         # Flower replies carry no training time of their own: 0.0 stands for "not reported".
         updates = [UpdateRow(record.round, pid, n, 0.0) for pid, n in num_samples.items()]
-        # The coordinator's own checkpoint format, so a Flower ledger reads back like a fedsv one.
-        checkpoint = Checkpoint(record.round, encode_params(params), "{}")
+        # The coordinator's own checkpoint format, so a Flower ledger reads back like a fedsv one (encoded
+        # only where there is a ledger to keep it).
+        checkpoint = (
+            Checkpoint(record.round, encode_params(params), "{}") if self.ledger is not None else None
+        )
         self.sink.commit(record, values, traffic, checkpoint, updates)
         logger.debug("recorded round %d (%s)", record.round, record.status)
 
