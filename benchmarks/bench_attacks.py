@@ -34,7 +34,7 @@ from fixtures import machine, print_table
 
 from fedsv.app.demo import DemoConfig, demo_rounds, run_demo
 from fedsv.app.payout import shares
-from fedsv.coordinator.config import UNGUARDED
+from fedsv.settings.run import UNGUARDED
 
 SINGLE = {
     "x1e6": "scale:1e6",

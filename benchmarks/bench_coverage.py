@@ -25,6 +25,7 @@ import numpy as np
 from fixtures import load_average, machine, print_table
 
 from fedsv.app.demo import DemoConfig, TrainedRound, demo_rounds
+from fedsv.settings.choices import ValuationMethod
 from fedsv.valuation import RoundGame, ValuationSpec, shapley_values
 from fedsv.valuation.result import ValuationResult
 
@@ -68,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-cap", type=int, default=400_000)
     args = parser.parse_args(argv)
     config = DemoConfig(
-        participants=args.participants, fraction=args.fraction, rounds=args.rounds, valuation="none"
+        participants=args.participants,
+        fraction=args.fraction,
+        rounds=args.rounds,
+        valuation=ValuationMethod.NONE,
     )
     print(f"command: {' '.join(sys.argv)}")
     print(f"machine: {machine()}; load average at start {load_average()}")

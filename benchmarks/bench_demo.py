@@ -27,8 +27,9 @@ from fixtures import load_average, machine, print_table
 from fedsv.app.launch import Launch, LaunchConfig
 from fedsv.app.report_files import write_outputs
 from fedsv.config.flags import add_dataclass_args, build_config
-from fedsv.coordinator.config import RunConfig
 from fedsv.ledger import Ledger, federated_valuation
+from fedsv.settings.choices import ValuationSchedule
+from fedsv.settings.run import RunConfig
 
 
 @dataclass
@@ -43,7 +44,10 @@ class Measured:
 
 
 def run_once(run: RunConfig, out: Path, schedule: str = "pipelined") -> Measured:
-    launch = Launch(run, LaunchConfig(out=str(out), metrics_port=-1, valuation_schedule=schedule, linger=0))
+    launch = Launch(
+        run,
+        LaunchConfig(out=str(out), metrics_port=-1, valuation_schedule=ValuationSchedule(schedule), linger=0),
+    )
     try:
         launch.start()
         code = launch.follow(lambda line: None)

@@ -38,9 +38,9 @@ import numpy as np
 import torch
 
 from fedsv.app.launch import Launch, LaunchConfig
-from fedsv.coordinator.config import RunConfig
 from fedsv.data.embedded import load_embedded
 from fedsv.ledger import Ledger, RoundRecord
+from fedsv.settings.run import RunConfig
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -25,12 +25,15 @@ from pathlib import Path
 import torch
 
 from fedsv.app.launch import Launch, LaunchConfig
-from fedsv.coordinator.config import RunConfig
 from fedsv.ledger import Ledger, RoundRecord
+from fedsv.settings.choices import ValuationMethod, ValuationSchedule
+from fedsv.settings.run import RunConfig
 
 
 def run_once(run: RunConfig, out: Path, schedule: str) -> tuple[list[RoundRecord], float]:
-    launch = Launch(run, LaunchConfig(out=str(out), metrics_port=-1, valuation_schedule=schedule))
+    launch = Launch(
+        run, LaunchConfig(out=str(out), metrics_port=-1, valuation_schedule=ValuationSchedule(schedule))
+    )
     started = time.perf_counter()
     try:
         launch.start()
@@ -89,7 +92,10 @@ def main() -> int:
         ("none", "none", "pipelined"),
     ):
         run = RunConfig(
-            participants=args.participants, fraction=args.fraction, rounds=args.rounds, valuation=valuation
+            participants=args.participants,
+            fraction=args.fraction,
+            rounds=args.rounds,
+            valuation=ValuationMethod(valuation),
         )
         print(f"run {label}: valuation={valuation} (m = {run.selected_per_round} of N = {run.participants}):")
         print(f"  valuation budget {run.valuation_budget_seconds} s per round, measured on each round's game")

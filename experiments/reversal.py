@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from fedsv.app.study.detection import detection_area
-from fedsv.coordinator.config import RunConfig
 from fedsv.data import load_dataset
 from fedsv.data.partition import partition_indices
 from fedsv.fl.ranks import participant_id
+from fedsv.settings.run import RunConfig
 
 
 @dataclass(frozen=True)

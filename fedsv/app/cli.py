@@ -17,8 +17,9 @@ from fedsv.app.study.cli import add_study_parser, main_study
 from fedsv.app.study.runner import StudyError
 from fedsv.config.flags import add_dataclass_args, build_config, build_configs, load_config_file
 from fedsv.config.logs import add_log_level, configure_logging
-from fedsv.coordinator.config import RunConfig
 from fedsv.ledger import LedgerError
+from fedsv.settings.run import RunConfig
+from fedsv.settings.schema import add_setting_argument
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
 
     certs = sub.add_parser("certs", help="create a run's CA, coordinator and per-participant certificates")
     certs.add_argument("--out", required=True, help="directory to write them into (keys 0600)")
-    certs.add_argument("--participants", type=int, required=True, help="number of participants N")
+    add_setting_argument(certs, "participants", required=True)
     certs.add_argument(
         "--hosts", default="", help="extra names/IPs of the coordinator, comma-separated (e.g. its DNS name)"
     )

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import Tensor, nn
 
-from fedsv.coordinator.config import RunConfig
 from fedsv.data.corruptions import declared_count, parse_corruption
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import EvalSet, evaluate
@@ -21,6 +20,8 @@ from fedsv.fl.state import params_of
 from fedsv.fl.update_guard import GuardMemory, guard_updates
 from fedsv.fl.updates import ClientUpdate
 from fedsv.pipeline.valuers import InlineValuer, RoundInputs
+from fedsv.settings.run import RunConfig
+from fedsv.settings.schema import setting
 from fedsv.task.interface import TrainContext
 from fedsv.task.sources import evaluation_samples, rank_samples, rank_source
 from fedsv.valuation import FederatedValuation, RoundValues
@@ -32,12 +33,7 @@ from fedsv.valuation.round_valuation import GameSettings
 class DemoConfig(RunConfig):
     """A run's settings (every RunConfig field, as for `fedsv launch`) plus two demo shortcuts."""
 
-    data: str = field(
-        default="",
-        metadata={
-            "help": "each participant's own data, {rank} filled in; '' = simulated shards of --dataset"
-        },
-    )
+    data: str = setting("data")
     noisy: int = field(default=0, metadata={"help": "the first K ranks train on corrupted data"})
     corruption: str = field(default="flip:0.5", metadata={"help": "corruption of the noisy ranks"})
 

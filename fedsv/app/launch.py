@@ -14,12 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedsv.config.checks import check_count, check_port, check_seconds
-from fedsv.coordinator.config import RunConfig
+from fedsv.config.checks import check_seconds
 from fedsv.fl.device import resolve_device
 from fedsv.fl.ranks import block_of
 from fedsv.ledger import LEDGER_FILE, Ledger, RoundRecord
 from fedsv.security import certs
+from fedsv.settings.choices import ValuationSchedule
+from fedsv.settings.run import RunConfig
+from fedsv.settings.schema import check_settings, setting
 
 logger = logging.getLogger(__name__)
 
@@ -32,55 +34,25 @@ class LaunchError(Exception):
 class LaunchConfig:
     """How `fedsv launch` places the run on this machine."""
 
-    out: str = field(default="runs/latest", metadata={"help": "run directory (ledger, report, plot, logs)"})
-    data: str = field(
-        default="",
-        metadata={
-            "help": "each participant's own data, {rank} filled in (e.g. 'data/part{rank}.npz'); "
-            "'' = the simulated shards of --dataset"
-        },
-    )
-    processes: int = field(default=0, metadata={"help": "participant processes (0 = min(N, 4))"})
-    threads: int = field(
-        default=0,
-        metadata={
-            "help": "torch threads per process (0 = this machine's CPUs shared among the coordinator "
-            "and the participant processes, at least 1; an OMP_NUM_THREADS already set wins)"
-        },
-    )
-    round_timeout: float = field(default=120.0, metadata={"help": "seconds a round waits for updates"})
-    metrics_port: int = field(
-        default=0, metadata={"help": "coordinator metrics port (0 = ephemeral, -1 = off)"}
+    out: str = setting("out")
+    data: str = setting("data")
+    processes: int = setting("processes")
+    threads: int = setting("threads")
+    round_timeout: float = setting("round_timeout")
+    metrics_port: int = setting(
+        "metrics_port", default=0, why="an ephemeral port, so that runs on one machine never collide"
     )
     timeout: float = field(
         default=3600.0, metadata={"help": "give up on the whole run after this many seconds"}
     )
-    linger: float = field(
-        default=3.0, metadata={"help": "seconds the coordinator serves final metrics after the run"}
-    )
-    valuation_schedule: str = field(
-        default="pipelined",
-        metadata={"help": "pipelined (value round t while round t+1 trains) | inline (value, then go on)"},
-    )
-    device: str = field(
-        default="",
-        metadata={
-            "help": "where the participants train and the coordinator values: cpu | auto (CUDA when "
-            "present) | cuda[:N] ('' = participants on the CPU, values on CUDA when present)"
-        },
-    )
-    insecure: bool = field(
-        default=False,
-        metadata={"help": "plaintext gRPC instead of mutual TLS with the certificates in OUT/certs"},
-    )
+    linger: float = setting("linger")
+    valuation_schedule: ValuationSchedule = setting("valuation_schedule")
+    device: str = setting("device")
+    insecure: bool = setting("insecure")
 
     def __post_init__(self) -> None:
-        for name in ("processes", "threads"):
-            check_count(name, getattr(self, name), low=0, high=4096)  # 0: automatic
-        check_port("metrics_port", self.metrics_port, off=True)
-        check_seconds("round_timeout", self.round_timeout)
+        check_settings(self)  # ranges, as the schema declares them
         check_seconds("timeout", self.timeout)
-        check_seconds("linger", self.linger, -1, zero=True)
         if self.device:
             try:
                 resolve_device(self.device)

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from fedsv.app.run_dirs import resolve_run
-from fedsv.coordinator.config import RunConfig
 from fedsv.fl.ranks import participant_id
 from fedsv.ledger import EffectRow, Ledger, RoundRecord, UpdateRow, ValueRow, federated_valuation
+from fedsv.settings.run import RunConfig
 from fedsv.valuation.rounds import TOTAL_KEYS
 from fedsv.valuation.valuation_noise import COMPONENTS
 from fedsv.valuation.verdict import differ, verdict

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import os
+from enum import Enum
 from pathlib import Path
 
 
 def require(ok: bool, name: str, rule: str, value: object) -> None:
     """ValueError "NAME must be RULE, got VALUE" (one line naming the setting) unless `ok`."""
     if not ok:
-        raise ValueError(f"{name} must be {rule}, got {value!r}")
+        shown = value.value if isinstance(value, Enum) else value  # a choice as the user wrote it
+        raise ValueError(f"{name} must be {rule}, got {shown!r}")
 
 
 def check_port(name: str, value: int, off: bool = False) -> None:

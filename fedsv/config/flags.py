@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import types
+from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -15,19 +17,44 @@ T = TypeVar("T")
 _SCALARS = (int, float, str, bool)
 
 
+def _bare(kind: Any) -> Any:
+    """`X` of `X | None`; any other type as it is."""
+    if get_origin(kind) in (Union, types.UnionType):
+        rest = [arg for arg in get_args(kind) if arg is not type(None)]
+        return rest[0] if len(rest) == 1 else kind
+    return kind
+
+
+def _default_note(default: Any) -> str:
+    """ " (default: X)" for help, nothing where there is no default to show (None or "")."""
+    return "" if default is None or default == "" else f" (default: {default})"
+
+
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
-    """Add `--field-name` for every scalar field of the dataclass (defaults shown in --help)."""
+    """Add `--field-name` for every scalar or enum field of the dataclass (defaults shown in --help)."""
     hints = get_type_hints(cls)
     for field in dataclasses.fields(cls):
-        kind = hints[field.name]
-        if kind not in _SCALARS:
+        kind = _bare(hints[field.name])
+        choices = (
+            [member.value for member in kind] if isinstance(kind, type) and issubclass(kind, Enum) else None
+        )
+        if kind not in _SCALARS and choices is None:
             continue
         flag = "--" + field.name.replace("_", "-")
         default = field.default if field.default is not dataclasses.MISSING else None
+        shown = default.value if isinstance(default, Enum) else default
         help_text = field.metadata.get("help", "")
         if kind is bool:
             parser.add_argument(
                 flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        elif choices is not None:  # checked by the config, whose error names the setting and its choices
+            parser.add_argument(
+                flag,
+                dest=field.name,
+                default=None,
+                metavar="|".join(choices),
+                help=f"{help_text}{_default_note(shown)}",
             )
         else:
             parser.add_argument(
@@ -36,7 +63,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
                 type=kind,
                 default=None,
                 metavar=kind.__name__.upper(),
-                help=f"{help_text} (default: {default})".strip(),
+                help=f"{help_text}{_default_note(shown)}".strip(),
             )
 
 
@@ -62,12 +89,15 @@ def checked_values(cls: type[Any], values: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in values.items():
         kind = hints[name]
+        bare = _bare(kind)
+        if isinstance(bare, type) and issubclass(bare, Enum):
+            kind = bare = str  # an enum setting is given by its value; the config names the choices
         try:
             out[name] = TypeAdapter(kind).validate_python(value, strict=True)
         except ValidationError as exc:
             shown = repr(value)
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            expected = getattr(kind, "__name__", str(kind))
+            expected = getattr(bare, "__name__", str(kind))
             reason = exc.errors()[0]["msg"].lower()
             raise ValueError(f"config setting {name!r} must be {expected}, got {shown} ({reason})") from None
         if isinstance(out[name], float) and kind is float:

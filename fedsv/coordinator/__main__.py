@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 from fedsv.config.flags import add_dataclass_args, build_configs, load_config_file
 from fedsv.config.logs import add_log_level, configure_logging
-from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.server import serve
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.ledger import LedgerError
+from fedsv.settings.run import RunConfig
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 
-from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.resume import RunProgress
 from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.round_commit import PhaseClock, RoundCommitter, RoundResult
@@ -27,6 +26,7 @@ from fedsv.fl.updates import ClientUpdate
 from fedsv.ledger import TestScore
 from fedsv.pipeline.metrics import RunMetrics
 from fedsv.pipeline.valuers import RoundInputs, Valuer
+from fedsv.settings.run import RunConfig
 from fedsv.valuation.round_valuation import GameSettings
 from fedsv.wire.codec import encode_tensor_set
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from fedsv.coordinator.config import RunConfig
 from fedsv.fl.evaluation import EvalSet
+from fedsv.settings.run import RunConfig
 from fedsv.task.fit import check_fits
 from fedsv.task.interface import LoadedTask
 from fedsv.task.sources import evaluation_samples

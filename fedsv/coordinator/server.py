@@ -15,7 +15,6 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 
 from fedsv.config.checks import check_writable_file
-from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.grpc_server import SERVICE_NAME, CoordinatorServers
 from fedsv.coordinator.resume import resume
 from fedsv.coordinator.round_commit import RoundCommitter
@@ -37,44 +36,21 @@ from fedsv.pipeline.valuation_worker import ValuationWorker
 from fedsv.pipeline.valuers import BackgroundValuer, InlineValuer, Valuer
 from fedsv.security.certs import read_tokens
 from fedsv.security.tls import server_credentials
+from fedsv.settings.run import RunConfig
+from fedsv.settings.run_spec import to_run_spec
 from fedsv.valuation.initial_spread import measure
 from fedsv.valuation.round_valuation import GameSettings
 from fedsv.wire.codec import spec_of
-from fedsv.wire.v1 import fedsv_pb2
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SERVICE_NAME", "Coordinator", "make_run_spec", "run_id_of", "serve"]
+__all__ = ["SERVICE_NAME", "Coordinator", "run_id_of", "serve"]
 
 
 def run_id_of(run: RunConfig) -> str:
     """A stable id of the run's settings: the same settings resume the same run."""
     digest = hashlib.sha256(json.dumps(run.to_dict(), sort_keys=True).encode()).hexdigest()
     return f"run-{digest[:12]}"
-
-
-def make_run_spec(run: RunConfig, run_id: str, max_chunk_bytes: int) -> dict[int, fedsv_pb2.RunSpec]:
-    corruptions = run.corruptions()
-    train = fedsv_pb2.TrainSettings(epochs=run.epochs, batch_size=run.batch_size, lr=run.lr)
-    return {
-        rank: fedsv_pb2.RunSpec(
-            run_id=run_id,
-            world_size=run.participants,
-            seed=run.seed,
-            dataset=run.dataset,
-            partition=run.partition,
-            model=run.model,
-            train=train,
-            rounds=run.rounds,
-            corruption=corruptions.get(rank, "none"),
-            max_chunk_bytes=max_chunk_bytes,
-            validation_size=run.validation_size,
-            validation_from=run.validation_from,
-            test_size=run.test_size,
-            task=run.task,
-        )
-        for rank in range(run.participants)
-    }
 
 
 class Coordinator:
@@ -111,7 +87,10 @@ class Coordinator:
             max_participants=server.max_participants,
         )
         self.state.sessions.on_connected = self.metrics.set_connected
-        specs = make_run_spec(run, self.run_id, server.max_chunk_bytes)
+        specs = {
+            rank: to_run_spec(run, self.run_id, rank, server.max_chunk_bytes)
+            for rank in range(run.participants)
+        }
         limits = UpdateLimits(
             server.max_chunk_bytes, server.max_update_bytes, server.max_tensors, server.header_timeout
         )

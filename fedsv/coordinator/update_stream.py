@@ -26,8 +26,8 @@ class UpdateLimits:
 
     max_chunk_bytes: int
     max_update_bytes: int
-    max_tensors: int = 1024
-    header_timeout: float = 10.0
+    max_tensors: int
+    header_timeout: float
 
 
 @dataclass(frozen=True)

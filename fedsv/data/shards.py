@@ -20,9 +20,9 @@ _LOAD_LOCK = threading.Lock()
 class Holdout:
     """What a run holds out of its data set for the coordinator (see load_dataset)."""
 
-    validation_size: int = 1000
-    validation_from: str = "train"  # "train" | "test": the files validation is cut from
-    test_size: int = 1000  # 0: every test image not in validation
+    validation_size: int
+    validation_from: str  # "train" | "test": the files validation is cut from
+    test_size: int  # 0: every test image not in validation
 
 
 @functools.lru_cache(maxsize=4)

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from fedsv.data.corruptions import Corruption, declared_count
-from fedsv.data.shards import Holdout, is_simulated
+from fedsv.data.shards import is_simulated
 from fedsv.data.sources import Samples, read_data
 from fedsv.fl.device import resolve_device
+from fedsv.settings.run_spec import NO_CORRUPTION, WireRun
 from fedsv.task.fit import check_fits
 from fedsv.task.interface import LoadedTask, TaskError, TrainContext
 from fedsv.task.sources import SimulationSettings, rank_samples, rank_source, run_task
@@ -29,10 +30,10 @@ class LocalSetupError(Exception):
 class LocalSettings:
     """What a participant process was told on its command line, for every rank it plays."""
 
-    task: str = ""  # --task; "" = the run's built-in paper task
-    data: str = ""  # --data, with {rank} filled in per rank; "" = the run's simulation
-    data_dir: str = ""  # --data-dir: the simulated data set's files
-    device: str = "cpu"  # --device: where this rank trains (auto: CUDA when present)
+    task: str  # --task; "" = the run's built-in paper task
+    data: str  # --data, with {rank} filled in per rank; "" = the run's simulation
+    data_dir: str  # --data-dir: the simulated data set's files
+    device: str  # --device: where this rank trains (auto: CUDA when present)
 
 
 def preload(settings: LocalSettings, task: LoadedTask | None, rank: int) -> Samples | None:
@@ -74,7 +75,7 @@ class LocalRank:
     def prepare(
         cls,
         rank: int,
-        spec: fedsv_pb2.RunSpec,
+        spec: WireRun,
         settings: LocalSettings,
         task: LoadedTask | None,
         samples: Samples | None,
@@ -87,15 +88,12 @@ class LocalRank:
             loaded = task if task is not None else run_task(spec.task, spec.model, spec.dataset)
             corruption: Corruption | None = None
             if samples is None:
-                holdout = Holdout(spec.validation_size, spec.validation_from or "train", spec.test_size)
                 simulation = SimulationSettings(
-                    settings.data_dir, spec.seed, holdout, spec.world_size, spec.partition
+                    settings.data_dir, spec.seed, spec.holdout, spec.participants, spec.partition
                 )
                 source = rank_source(settings.data, rank, spec.dataset)
-                samples, corruption = rank_samples(
-                    loaded, source, rank, simulation, spec.corruption or "none"
-                )
-            elif (spec.corruption or "none") != "none":
+                samples, corruption = rank_samples(loaded, source, rank, simulation, spec.corruption)
+            elif spec.corruption != NO_CORRUPTION:
                 raise TaskError(f"the run corrupts rank {rank}, which applies to simulated data only")
             local = cls(rank, loaded, samples, corruption, spec.seed, settings.device)
             model = local._build()  # a model the task cannot build: an error now, not in round 1
@@ -114,7 +112,7 @@ class LocalRank:
         return self.task.build_model(self.seed).to(resolve_device(self.device))
 
     def train(
-        self, params: dict[str, Tensor], task: fedsv_pb2.RoundTask, train: fedsv_pb2.TrainSettings
+        self, params: dict[str, Tensor], task: fedsv_pb2.RoundTask, train: WireRun
     ) -> dict[str, Tensor]:
         """One round of local training from the global state `params`; returns the delta."""
         context = TrainContext(

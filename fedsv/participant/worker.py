@@ -15,6 +15,7 @@ import grpc
 from torch import Tensor
 
 from fedsv.data.sources import Samples
+from fedsv.participant.config import ParticipantConfig
 from fedsv.participant.local import LocalRank, LocalSettings, LocalSetupError
 from fedsv.participant.results import STOPPED, RankEnd, RankResult
 from fedsv.participant.retry import (
@@ -26,6 +27,7 @@ from fedsv.participant.retry import (
     sleep_unless_stopped,
 )
 from fedsv.participant.shared import Shared
+from fedsv.settings.run_spec import from_run_spec
 from fedsv.task.interface import LoadedTask
 from fedsv.wire.call_settings import sender_metadata
 from fedsv.wire.codec import ChunkPayloads, TensorSetAssembler, encode_tensor_set, iter_chunks
@@ -64,7 +66,7 @@ class RankWorker:
         which task and data the rank uses; `task` and `samples`, when given, are already loaded."""
         self.target, self.rank, self.world_size = target, rank, world_size
         self.credential, self.give_up_after = credential, give_up_after
-        self.local_settings = local or LocalSettings()
+        self.local_settings = local or ParticipantConfig.default_local()
         self._task, self._samples = task, samples
         self.tls_dir, self.token, self.server_name = tls_dir, token, server_name
         self.stop = stop or threading.Event()
@@ -141,7 +143,7 @@ class RankWorker:
                 shared.executor,
                 LocalRank.prepare,
                 self.rank,
-                reply.run,
+                from_run_spec(reply.run),
                 self.local_settings,
                 self._task,
                 self._samples,
@@ -191,13 +193,14 @@ class RankWorker:
     ) -> None:
         local = self._local
         assert local is not None
-        chunk_bytes = min(reply.run.max_chunk_bytes or DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_BYTES)
+        run = from_run_spec(reply.run)
+        chunk_bytes = min(run.max_chunk_bytes or DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_BYTES)
 
         def train() -> tuple[fedsv_pb2.TensorSetHeader, ChunkPayloads, float]:
             """CPU work, run in the pool: the event loop (every other rank) stays responsive."""
             params: dict[str, Tensor] = assembler.finish()
             started = time.time()
-            delta = local.train(params, task, reply.run.train)
+            delta = local.train(params, task, run)
             seconds = time.time() - started
             header, payloads = encode_tensor_set(delta, chunk_bytes=chunk_bytes)
             return header, payloads, seconds

@@ -20,8 +20,8 @@ class SimulationSettings:
     data_dir: str
     seed: int
     holdout: Holdout
-    world_size: int = 1
-    partition: str = "iid"
+    world_size: int
+    partition: str
 
 
 def run_task(task: str, model: str, dataset: str, metric: str = "accuracy") -> LoadedTask:

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from grpc_health.v1 import health_pb2
 
-from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.server import SERVICE_NAME, Coordinator
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.security import certs
+from fedsv.settings.run import RunConfig
 from tests.support.processes import (
     DOCKERFILE,
     REPO,

@@ -18,11 +18,11 @@ import yaml
 import fedsv.coordinator.__main__ as coordinator_main
 import fedsv.participant.__main__ as participant_main
 from fedsv.config.flags import build_configs
-from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.server import SERVICE_NAME
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.participant.results import FINISHED, RankResult
 from fedsv.security import certs
+from fedsv.settings.run import RunConfig
 from fedsv.task.interface import load_task
 from tests.support.processes import DEPLOY, dockerfile_one, flag_value, healthcheck_argv, need_tool
 

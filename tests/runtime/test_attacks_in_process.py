@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from fedsv.app.demo import DemoConfig, run_demo
+from fedsv.settings.choices import Aggregation, NormPolicy, ValuationMethod
 
 
 def test_a_participant_scaling_its_delta_by_a_million_neither_stops_nor_steers_the_run() -> None:
@@ -40,14 +41,14 @@ def test_median_keeps_a_million_fold_attacker_from_steering_the_run() -> None:
         "validation_size": 300,
         "seed": 2,
     }
-    honest = run_demo(DemoConfig(**settings, valuation="none"))
+    honest = run_demo(DemoConfig(**settings, valuation=ValuationMethod.NONE))
     attacked = run_demo(
         DemoConfig(
             **settings,
-            valuation="none",
+            valuation=ValuationMethod.NONE,
             corrupt="3=scale:1e6",
-            update_norm_policy="none",
-            aggregation="median",
+            update_norm_policy=NormPolicy.NONE,
+            aggregation=Aggregation.MEDIAN,
         )
     )
     assert abs(attacked.accuracies[-1] - honest.accuracies[-1]) <= 0.05

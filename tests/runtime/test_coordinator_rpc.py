@@ -62,7 +62,7 @@ def _start(
     registry = CollectorRegistry()
     metrics = RunMetrics(registry)
     spec = fedsv_pb2.RunSpec(run_id="test", world_size=4, max_chunk_bytes=CHUNK)
-    limits = UpdateLimits(CHUNK, 64 << 20, header_timeout=header_timeout)
+    limits = UpdateLimits(CHUNK, 64 << 20, max_tensors=1024, header_timeout=header_timeout)
     servicer = CoordinatorServicer(state, lambda rank: spec, spec_of(model), metrics, limits)
     server = CoordinatorServers(servicer, metrics, "127.0.0.1:0", None, world_size=4)
     port = server.port

@@ -13,11 +13,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.server import SERVICE_NAME, Coordinator
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.security import certs
 from fedsv.security.tls import channel_credentials
+from fedsv.settings.run import RunConfig
 from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc
 
 

@@ -21,11 +21,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.server import Coordinator
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.fl.ranks import participant_id
+from fedsv.settings.run import RunConfig
 from fedsv.wire.call_settings import sender_metadata
 from fedsv.wire.codec import TensorSetAssembler, WireError, encode_tensor_set, iter_chunks
 from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc

@@ -13,13 +13,13 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
-from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.server import Coordinator
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.participant.host import run_alone
 from fedsv.participant.local import LocalRank
 from fedsv.participant.worker import RankWorker
 from fedsv.security import certs
+from fedsv.settings.run import RunConfig
 from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from fedsv.coordinator.__main__ import main as coordinator_main
-from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.grpc_server import CoordinatorServers
 from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.run_end import FINISHED
@@ -34,6 +33,7 @@ from fedsv.participant.worker import RankWorker
 from fedsv.pipeline.metrics import RunMetrics
 from fedsv.security import certs
 from fedsv.security.tls import channel_credentials, server_credentials
+from fedsv.settings.run import RunConfig
 from fedsv.wire.call_settings import sender_metadata
 from fedsv.wire.codec import encode_tensor_set, iter_chunks, spec_of
 from fedsv.wire.v1 import fedsv_pb2, fedsv_pb2_grpc
@@ -73,7 +73,7 @@ def _serve(
     registry = CollectorRegistry()
     spec = fedsv_pb2.RunSpec(run_id="test", world_size=4, max_chunk_bytes=CHUNK)
     metrics = RunMetrics(registry)
-    limits = UpdateLimits(CHUNK, 64 << 20, max_tensors=4)
+    limits = UpdateLimits(CHUNK, 64 << 20, max_tensors=4, header_timeout=10.0)
     servicer = CoordinatorServicer(state, lambda rank: spec, spec_of(MODEL), metrics, limits)
     credentials = server_credentials(tls_dir, client_auth)
     server = CoordinatorServers(servicer, metrics, "127.0.0.1:0", credentials, world_size=4)

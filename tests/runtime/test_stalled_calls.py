@@ -12,11 +12,11 @@ import pytest
 from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
-from fedsv.coordinator.config import RunConfig
 from fedsv.coordinator.server import Coordinator
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.participant.host import run_alone
 from fedsv.participant.worker import RankWorker
+from fedsv.settings.run import RunConfig
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,9 @@ import os
 import pytest
 
 from fedsv.app.launch import Launch, LaunchConfig
-from fedsv.coordinator.config import DEFAULT_TARGET_STDERR, RunConfig
+from fedsv.settings.choices import ValuationMethod
+from fedsv.settings.run import RunConfig
+from fedsv.settings.run_settings import DEFAULT_TARGET_STDERR
 
 
 def test_selection_parses_every_round_into_sorted_ranks() -> None:
@@ -38,7 +40,9 @@ def test_bad_corruption_is_a_clear_error() -> None:
 
 
 def test_valuation_budgets_reach_the_spec_and_bad_ones_are_named() -> None:
-    spec = RunConfig(valuation="svarm", valuation_budget=500, valuation_budget_seconds=0).valuation_spec(3)
+    spec = RunConfig(
+        valuation=ValuationMethod.SVARM, valuation_budget=500, valuation_budget_seconds=0
+    ).valuation_spec(3)
     assert spec is not None
     assert (spec.method, spec.budget, spec.budget_seconds, spec.seed) == ("svarm", 500, None, 3)
     default = RunConfig().valuation_spec(1)

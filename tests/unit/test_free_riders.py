@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fedsv.app.demo import DemoConfig, run_demo
 from fedsv.app.payout import shares
+from fedsv.settings.choices import ValuationMethod
 
 
 def test_a_free_rider_is_refused_every_time_and_gets_nothing() -> None:
@@ -15,7 +16,7 @@ def test_a_free_rider_is_refused_every_time_and_gets_nothing() -> None:
         fraction=0.5,
         rounds=4,
         seed=1,
-        valuation="exact",
+        valuation=ValuationMethod.EXACT,
         validation_size=300,
         corrupt=f"3={rider}",
     )

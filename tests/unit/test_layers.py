@@ -22,6 +22,17 @@ ALLOWED: dict[str, set[str]] = {
     "fedsv.security": {"fedsv.fl"},
     "fedsv.ledger": {"fedsv.fl", "fedsv.valuation"},
     "fedsv.pipeline": {"fedsv.fl", "fedsv.valuation", "fedsv.ledger"},
+    # every setting's one declaration, and the run's settings built from them (no gRPC: protobuf only)
+    "fedsv.settings": {
+        "fedsv.config",
+        "fedsv.fl",
+        "fedsv.valuation",
+        "fedsv.data",
+        "fedsv.task",
+        "fedsv.wire",
+        "fedsv.ledger",
+        "fedsv.pipeline",
+    },
     "fedsv.coordinator": {
         "fedsv.config",
         "fedsv.fl",
@@ -32,8 +43,10 @@ ALLOWED: dict[str, set[str]] = {
         "fedsv.security",
         "fedsv.ledger",
         "fedsv.pipeline",
+        "fedsv.settings",
     },
     "fedsv.participant": {
+        "fedsv.settings",
         "fedsv.config",
         "fedsv.fl",
         "fedsv.data",

@@ -31,6 +31,7 @@ from fedsv.app.study.summarization import (
     selection_spec,
 )
 from fedsv.ledger import ValueRow, federated_valuation
+from fedsv.settings.choices import Dataset, Metric, ValuationMethod
 from tests.support.records import make_record
 
 # ---------------------------------------------------------------------- detection curves and areas
@@ -164,7 +165,7 @@ def test_quick_and_study_defaults() -> None:
     assert (noisy.participants, noisy.seeds, noisy.bad_fraction, noisy.flip_ratio) == (20, 2, 0.2, 0.3)
     backdoor = StudyConfig().resolved("backdoor")
     assert (backdoor.seeds, backdoor.bad_fraction) == (3, 0.3)
-    assert StudyConfig(dataset="cifar10", data_dir="x").resolved("noisy").flip_ratio == 0.03
+    assert StudyConfig(dataset=Dataset.CIFAR10, data_dir="x").resolved("noisy").flip_ratio == 0.03
     assert StudyConfig(quick=True, seeds=5).resolved("noisy").seeds == 5
     settings = StudyConfig(partition="noniid").resolved("noisy").settings()
     assert settings == [("noniid", "mlp"), ("noniid", "cnn")]
@@ -234,10 +235,10 @@ def test_every_method_a_study_reports_has_a_label_and_a_colour() -> None:
 def test_a_finished_run_recorded_before_newer_settings_existed_is_reused(tmp_path: Path) -> None:
     """A ledger whose config predates a setting (it is absent) holds that setting's default: reusable."""
     from fedsv.app.study.runner import _finished
-    from fedsv.coordinator.config import RunConfig
     from fedsv.ledger import Checkpoint, Ledger
+    from fedsv.settings.run import RunConfig
 
-    run = RunConfig(participants=4, fraction=0.5, rounds=2, valuation="exact")
+    run = RunConfig(participants=4, fraction=0.5, rounds=2, valuation=ValuationMethod.EXACT)
     older = {k: v for k, v in run.to_dict().items() if k not in ("validation_from", "test_size", "metric")}
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         ledger.ensure_run("run-old", older)
@@ -246,17 +247,17 @@ def test_a_finished_run_recorded_before_newer_settings_existed_is_reused(tmp_pat
                 make_record(n, ["p000", "p001"], ["p000", "p001"]), [], [], Checkpoint(n, b"w", "{}")
             )
     assert _finished(tmp_path, run) is not None
-    assert _finished(tmp_path, replace(run, metric="neg_loss")) is None  # a setting that differs
+    assert _finished(tmp_path, replace(run, metric=Metric.NEG_LOSS)) is None  # a setting that differs
 
 
 def test_a_run_stopped_before_its_backlog_was_valued_is_resumed_not_reused(tmp_path: Path) -> None:
     """All rounds trained but one still awaiting its values (the study was stopped while the run's
     valuation lagged): not finished, so not reused; recorded, so the runner resumes it."""
     from fedsv.app.study.runner import _finished, _recorded
-    from fedsv.coordinator.config import RunConfig
     from fedsv.ledger import Checkpoint, Ledger, RoundStatus
+    from fedsv.settings.run import RunConfig
 
-    run = RunConfig(participants=4, fraction=0.5, rounds=3, valuation="exact")
+    run = RunConfig(participants=4, fraction=0.5, rounds=3, valuation=ValuationMethod.EXACT)
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         ledger.ensure_run("run-1", run.to_dict())
         for n in (1, 2):

@@ -159,14 +159,16 @@ def test_a_module_can_itself_be_the_task(tmp_path: Path) -> None:
 def _rank_delta(device: str) -> dict[str, torch.Tensor]:
     """One round of local training of rank 0 of a simulated run, on `device`."""
     from fedsv.participant.local import LocalRank, LocalSettings
+    from fedsv.settings.run_spec import from_run_spec
     from fedsv.wire.v1 import fedsv_pb2
 
     train = fedsv_pb2.TrainSettings(epochs=1, batch_size=10, lr=0.05)
     spec = fedsv_pb2.RunSpec(world_size=20, seed=3, dataset="embedded", partition="iid", model="mlp",
                              validation_size=1000, test_size=1000, train=train)  # fmt: skip
-    local = LocalRank.prepare(0, spec, LocalSettings(device=device), None, None)
+    run = from_run_spec(spec)
+    local = LocalRank.prepare(0, run, LocalSettings(task="", data="", data_dir="", device=device), None, None)
     params = params_of(load_task("fedsv.tasks:mnist_mlp").build_model(seed=3))
-    return local.train(params, fedsv_pb2.RoundTask(round=1, train_seed=11), train)
+    return local.train(params, fedsv_pb2.RoundTask(round=1, train_seed=11), run)
 
 
 def test_a_participant_s_device_keeps_cpu_results_and_sends_host_tensors() -> None:

@@ -224,7 +224,7 @@ def test_game_subclass_is_evaluated_in_batches() -> None:
 
 
 def test_every_method_list_derives_from_the_estimator_registry() -> None:
-    from fedsv.coordinator.config import VALUATION_METHODS
+    from fedsv.settings.run import VALUATION_METHODS
     from fedsv.valuation.estimator import ESTIMATORS
     from fedsv.valuation.methods import BASELINES, REGISTRY, SHAPLEY_METHODS
 

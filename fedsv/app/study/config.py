@@ -8,14 +8,24 @@ from typing import Any
 
 import numpy as np
 
-from fedsv.coordinator.config import UNGUARDED, RunConfig
 from fedsv.data import DatasetSplits, load_dataset
 from fedsv.data.corruptions import parse_corruption
 from fedsv.fl.device import resolve_device
+from fedsv.settings.choices import (
+    Dataset,
+    Metric,
+    ModelName,
+    NormPolicy,
+    Partition,
+    ValidationFrom,
+    ValuationMethod,
+)
+from fedsv.settings.run import UNGUARDED, RunConfig
+from fedsv.settings.schema import check_settings, setting, setting_list
 
 STUDIES = ("noisy", "backdoor", "summarize")
-PARTITIONS = ("iid", "noniid")
-MODELS = ("mlp", "cnn")
+PARTITIONS = tuple(Partition)
+MODELS = (ModelName.MLP, ModelName.CNN)
 
 # Defaults per study for fields left at 0 / "" (see StudyConfig.resolved).
 _DEFAULTS: dict[str, dict[str, Any]] = {
@@ -42,38 +52,30 @@ _FLIP = {"embedded": 0.3, "cifar10": 0.03}
 class StudyConfig:
     """One study: which settings, how many seeds, and the runs' shape; 0 / "" means the study's default."""
 
-    out: str = field(default="", metadata={"help": "results directory ('': runs/study-<study>)"})
-    partition: str = field(default="iid,noniid", metadata={"help": "iid | noniid | iid,noniid"})
-    model: str = field(default="", metadata={"help": "mlp | cnn | mlp,cnn ('': mlp,cnn; summarize: mlp)"})
-    dataset: str = field(default="embedded", metadata={"help": "embedded | mnist | fashion_mnist | cifar10"})
-    data_dir: str = field(default="", metadata={"help": "directory holding the dataset files"})
+    out: str = setting("out", default="", why="'' puts a study's runs in runs/study-<study>")
+    partition: str = setting_list("partition", default="iid,noniid")
+    model: str = setting_list("model", default="", only=MODELS, note="'': mlp,cnn; summarize: mlp")
+    dataset: Dataset = setting("dataset")
+    data_dir: str = setting("data_dir")
     seeds: int = field(default=0, metadata={"help": "seeds per setting (0: noisy/backdoor 3, summarize 1)"})
-    seed: int = field(default=0, metadata={"help": "first seed; seeds are seed, seed+1, ..."})
+    seed: int = setting("seed")
     quick: bool = field(
         default=False,
         metadata={"help": "small runs for tests: N=20, C=0.25, 8 rounds, 500 validation, 2 seeds (< 1 min)"},
     )
-    participants: int = field(default=20, metadata={"help": "participants N"})
-    fraction: float = field(default=0.25, metadata={"help": "fraction C selected per round"})
-    rounds: int = field(default=10, metadata={"help": "training rounds T"})
-    epochs: int = field(default=5, metadata={"help": "local epochs"})
-    batch_size: int = field(default=10, metadata={"help": "local batch size"})
-    lr: float = field(default=0.05, metadata={"help": "local learning rate"})
-    validation_size: int = field(default=1000, metadata={"help": "validation samples the values use"})
-    validation_from: str = field(
-        default="train",
-        metadata={
-            "help": "train | test: validation cut from the training files (the rest trains) or from the "
-            "test files (every training image trains: the paper's 100 x 600)"
-        },
+    participants: int = setting("participants")
+    fraction: float = setting("fraction", default=0.25, why="the studies' figures select 5 of 20 each round")
+    rounds: int = setting("rounds", default=10, why="the studies' figures are of 10 rounds")
+    epochs: int = setting("epochs")
+    batch_size: int = setting("batch_size")
+    lr: float = setting("lr")
+    validation_size: int = setting("validation_size")
+    validation_from: ValidationFrom = setting("validation_from")
+    test_size: int = setting("test_size")
+    metric: Metric = setting("metric")
+    valuation: ValuationMethod = setting(
+        "valuation", default=ValuationMethod.EXACT, why="the studies' figures are of exact values"
     )
-    test_size: int = field(
-        default=1000, metadata={"help": "test images for the reported accuracy (0: all not validating)"}
-    )
-    metric: str = field(
-        default="accuracy", metadata={"help": "the utility values are computed on: accuracy | neg_loss"}
-    )
-    valuation: str = field(default="exact", metadata={"help": "Shapley method: exact|auto|permutation"})
     bad_fraction: float = field(
         default=0.0, metadata={"help": "fraction of corrupted participants (0: noisy 0.2, backdoor 0.3)"}
     )
@@ -97,12 +99,11 @@ class StudyConfig:
             "backdoor:target=0,per_batch=20,batch_size=64+scale:10"
         },
     )
-    update_norm_policy: str = field(
-        default="clip",
-        metadata={
-            "help": "updates over 2x the round's median norm: clip | reject | none (none lets a boosted "
-            "update through, as the paper's runs did)"
-        },
+    update_norm_policy: NormPolicy = setting(
+        "update_norm_policy",
+        default=NormPolicy.CLIP,
+        why="an update over the bound is clipped, not refused (none lets a boosted update through, as the "
+        "paper's runs did)",
     )
     update_guard: bool = field(
         default=False,
@@ -114,23 +115,20 @@ class StudyConfig:
     )
     draws: int = field(default=3, metadata={"help": "random dismissal draws averaged (summarize)"})
     jobs: int = field(default=0, metadata={"help": "runs launched at once (0: one per CPU core)"})
-    processes: int = field(default=1, metadata={"help": "participant processes per run"})
-    device: str = field(
-        default="",
-        metadata={"help": "where runs train and value: cpu | auto | cuda[:N] ('' = fedsv launch's default)"},
-    )
+    processes: int = setting("processes", default=1, why="runs go side by side, one process each")
+    device: str = setting("device")
     run_timeout: float = field(default=1800.0, metadata={"help": "seconds one run may take"})
 
     def __post_init__(self) -> None:
+        check_settings(self)  # enums and ranges of the run's settings, as the schema declares them
         for name, allowed in (("partition", PARTITIONS), ("model", MODELS)):
             values = _split(getattr(self, name))
             bad = [v for v in values if v not in allowed]
             if (name == "partition" and not values) or bad:
                 got = getattr(self, name)
-                raise ValueError(f"{name} must be a comma list of {list(allowed)}, got {got!r}")
+                raise ValueError(f"{name} must be a comma list of {[str(a) for a in allowed]}, got {got!r}")
         checks = [
             (self.seeds >= 0, f"seeds must be >= 0, got {self.seeds}"),
-            (self.seed >= 0, f"seed must be >= 0, got {self.seed}"),
             (0.0 <= self.bad_fraction < 1.0, f"bad_fraction must lie in [0, 1), got {self.bad_fraction}"),
             (0.0 <= self.flip_ratio <= 1.0, f"flip_ratio must lie in [0, 1], got {self.flip_ratio}"),
             (self.draws >= 1, f"draws must be >= 1, got {self.draws}"),
@@ -186,8 +184,8 @@ class StudyConfig:
             seed=seed,
             dataset=self.dataset,
             data_dir=self.data_dir,
-            partition=partition,
-            model=model,
+            partition=Partition(partition),
+            model=ModelName(model),
             epochs=self.epochs,
             batch_size=self.batch_size,
             lr=self.lr,

@@ -16,7 +16,6 @@ from torch import Tensor
 from fedsv.app.launch import Launch, LaunchConfig, LaunchError
 from fedsv.app.report_files import write_outputs
 from fedsv.app.study.config import cpu_count
-from fedsv.coordinator.config import UNGUARDED, RunConfig
 from fedsv.fl.ranks import participant_id
 from fedsv.ledger import (
     LEDGER_FILE,
@@ -27,6 +26,7 @@ from fedsv.ledger import (
     decode_params,
     federated_valuation,
 )
+from fedsv.settings.run import UNGUARDED, RunConfig
 from fedsv.valuation import FederatedValuation
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ from fedsv.app.study.summarization import (
     replay_schedule,
     selection_spec,
 )
-from fedsv.coordinator.config import RunConfig
+from fedsv.settings.choices import ValuationMethod
+from fedsv.settings.run import RunConfig
 
 
 def _ranks(selection: dict[int, list[str]]) -> dict[int, list[int]]:
@@ -60,7 +61,7 @@ def run_summarization(
                     key = f"{index}:{spec}"
                     if key not in replays:
                         digest = hashlib.sha1(spec.encode()).hexdigest()[:10]
-                        replay = replace(run, valuation="none", selection=spec)
+                        replay = replace(run, valuation=ValuationMethod.NONE, selection=spec)
                         where = directory.parent / f"replay-{digest}"
                         replays[key] = (replay, where, f"{label} replay {digest}")
                     plan.append((index, method, q, draw, key))

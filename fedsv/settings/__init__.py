@@ -1,0 +1,1 @@
+"""Every setting of fedsv, declared once (schema), and the run's settings (RunConfig) built from them."""

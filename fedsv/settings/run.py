@@ -1,0 +1,223 @@
+"""What a run trains and how it is valued (RunConfig), the same on every restart of the run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fedsv.config.checks import require
+from fedsv.data.corruptions import parse_corruption
+from fedsv.data.shards import Holdout
+from fedsv.fl.aggregation import AggregationRule
+from fedsv.fl.ranks import parse_ranks
+from fedsv.fl.update_bounds import NormBound
+from fedsv.fl.update_guard import GuardSettings
+from fedsv.settings.choices import (
+    Aggregation,
+    Dataset,
+    Metric,
+    ModelName,
+    NormPolicy,
+    Partition,
+    ValidationFrom,
+    ValuationMethod,
+)
+from fedsv.settings.schema import check_settings, setting
+from fedsv.task.interface import LoadedTask
+from fedsv.task.sources import SimulationSettings, run_task
+from fedsv.valuation import ValuationSpec
+
+VALUATION_METHODS = tuple(ValuationMethod)
+"""What a run may value with: any method but the random baseline (a study's reference), or none."""
+
+
+UNGUARDED: dict[str, Any] = {
+    "update_count_multiple": 0.0,
+    "update_direction": False,
+    "update_norm_history": 0,
+    "update_quarantine": False,
+}
+"""The settings that turn the update guard (fedsv.fl.update_guard) off: FedAvg over the declared counts,
+the norm bound over the round's own norms, no direction check, no quarantine (the paper's studies run so)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a run trains and how it is valued; identical on every restart of the run."""
+
+    participants: int = setting("participants")
+    fraction: float = setting("fraction")
+    rounds: int = setting("rounds")
+    seed: int = setting("seed")
+    task: str = setting("task")
+    validation_data: str = setting("validation_data")
+    test_data: str = setting("test_data")
+    dataset: Dataset = setting("dataset")
+    data_dir: str = setting("data_dir")
+    partition: Partition = setting("partition")
+    model: ModelName = setting("model")
+    epochs: int = setting("epochs")
+    batch_size: int = setting("batch_size")
+    lr: float = setting("lr")
+    validation_size: int = setting("validation_size")
+    metric: Metric = setting("metric")
+    validation_from: ValidationFrom = setting("validation_from")
+    test_size: int = setting("test_size")
+    valuation: ValuationMethod = setting("valuation")
+    eps: float = setting("eps")
+    delta: float = setting("delta")
+    valuation_budget: int = setting("valuation_budget")
+    valuation_target_stderr: float = setting("valuation_target_stderr")
+    valuation_exact_seconds: float = setting("valuation_exact_seconds")
+    valuation_max_evaluations: int = setting("valuation_max_evaluations")
+    valuation_budget_seconds: float = setting("valuation_budget_seconds")
+    aggregation: Aggregation = setting("aggregation")
+    aggregation_trim: float = setting("aggregation_trim")
+    aggregation_byzantine: int = setting("aggregation_byzantine")
+    aggregation_keep: int = setting("aggregation_keep")
+    update_norm_policy: NormPolicy = setting("update_norm_policy")
+    update_norm_bound: float = setting("update_norm_bound")
+    update_norm_multiple: float = setting("update_norm_multiple")
+    update_count_multiple: float = setting("update_count_multiple")
+    update_direction: bool = setting("update_direction")
+    update_norm_history: int = setting("update_norm_history")
+    update_quarantine: bool = setting("update_quarantine")
+    corrupt: str = setting("corrupt")
+    selection: str = setting("selection")
+
+    def __post_init__(self) -> None:
+        check_settings(self)  # enums and ranges, as the schema declares them (fedsv.settings.*_settings)
+        if self.task.strip():
+            require(self.metric == "accuracy", "metric", "left out with --task (the task sets its own)",
+                    self.metric)  # fmt: skip
+        if self.dataset == "embedded" and not self.task.strip():
+            rule = "train for the embedded sample (it has no separate test files)"
+            require(self.validation_from == "train", "validation_from", rule, self.validation_from)
+            require(self.test_size >= 1, "test_size", "at least 1 for the embedded sample", self.test_size)
+        if self.valuation_budget != 0 and self.valuation_budget < 2:
+            raise ValueError(
+                f"valuation_budget must be 0 or at least 2 evaluations, got {self.valuation_budget}"
+            )
+        self.norm_bound()  # validates the update bound
+        self.guard()  # validates the weight cap, the direction check and the norms' memory
+        aggregation = self.aggregation_rule()  # validates the aggregation
+        if aggregation.selects:  # Krum's guarantee needs n >= 2f + 3 of the selected (Blanchard et al. 2017)
+            most = (self.selected_per_round - 3) // 2
+            require(
+                self.aggregation_byzantine <= max(0, most),
+                "aggregation_byzantine",
+                f"at most {max(0, most)} with {self.selected_per_round} selected per round (n >= 2f + 3)",
+                self.aggregation_byzantine,
+            )
+            require(
+                self.aggregation_keep <= self.selected_per_round,
+                "aggregation_keep",
+                f"at most the {self.selected_per_round} selected per round",
+                self.aggregation_keep,
+            )
+        self.valuation_spec(1)  # validates eps, delta and the budgets now, not in round 1
+        self.corruptions()  # validates the spec
+        self.schedule()  # validates the selection
+        if self.task.strip() and not self.validation_data.strip():
+            raise ValueError(
+                "task needs validation_data (--validation-data PATH: the coordinator's validation set)"
+            )
+
+    @property
+    def selected_per_round(self) -> int:
+        return max(1, round(self.fraction * self.participants))
+
+    def corruptions(self) -> dict[int, str]:
+        """rank -> corruption spec, from `corrupt` ("RANKS=SPEC;RANKS=SPEC")."""
+        out: dict[int, str] = {}
+        for part in filter(None, (p.strip() for p in self.corrupt.split(";"))):
+            ranks, sep, spec = part.partition("=")
+            if not sep:
+                raise ValueError(f"corrupt entry {part!r} must look like RANKS=SPEC, e.g. 0-3=flip:0.1")
+            parse_corruption(spec)
+            for rank in parse_ranks(ranks, self.participants):
+                out[rank] = spec
+        return out
+
+    def schedule(self) -> dict[int, tuple[int, ...]]:
+        """round -> selected ranks, from `selection` ("ROUND=RANKS;..."); empty for the seeded draw.
+
+        A fixed selection must name every round: replaying a run's selection while dismissing some of
+        each round's participants (data summarization) is what it is for.
+        """
+        out: dict[int, tuple[int, ...]] = {}
+        for part in filter(None, (p.strip() for p in self.selection.split(";"))):
+            number, sep, ranks = part.partition("=")
+            if not sep or not number.strip().isdigit():
+                raise ValueError(f"selection entry {part!r} must look like ROUND=RANKS, e.g. 1=0-4,7")
+            round_number = int(number)
+            if not 1 <= round_number <= self.rounds:
+                raise ValueError(f"selection names round {round_number}; the run has rounds 1..{self.rounds}")
+            if round_number in out:
+                raise ValueError(f"selection names round {round_number} twice")
+            out[round_number] = parse_ranks(ranks, self.participants)
+        if out and len(out) != self.rounds:
+            missing = sorted(set(range(1, self.rounds + 1)) - set(out))
+            raise ValueError(f"selection must name every round; missing {missing}")
+        return out
+
+    def load_task(self) -> LoadedTask:
+        """The run's task (imported now): --task, or the paper's --model sized for --dataset."""
+        return run_task(self.task, self.model, self.dataset, self.metric)
+
+    def simulation(self) -> SimulationSettings:
+        """What "simulated:DATASET" sources of this run need."""
+        return SimulationSettings(self.data_dir, self.seed, self.holdout(), self.participants, self.partition)
+
+    def holdout(self) -> Holdout:
+        """What the simulation holds out of the data set for the coordinator."""
+        return Holdout(self.validation_size, self.validation_from, self.test_size)
+
+    @property
+    def validation_source(self) -> str:
+        return self.validation_data.strip() or f"simulated:{self.dataset}"
+
+    @property
+    def test_source(self) -> str:
+        """Where test accuracy is measured; "" (no test set) for a --task run without --test-data."""
+        if self.test_data.strip():
+            return self.test_data.strip()
+        return "" if self.task.strip() else f"simulated:{self.dataset}"
+
+    def aggregation_rule(self) -> AggregationRule:
+        """The rule that aggregates each round, and values every coalition of its game."""
+        return AggregationRule(
+            self.aggregation, self.aggregation_trim, self.aggregation_byzantine, self.aggregation_keep
+        )
+
+    def norm_bound(self) -> NormBound:
+        """How the round's updates are bounded before aggregation and valuation."""
+        return NormBound(self.update_norm_policy, self.update_norm_bound, self.update_norm_multiple)
+
+    def guard(self) -> GuardSettings:
+        """How the round's updates are screened before aggregation (weights, norms' memory, direction)."""
+        return GuardSettings(
+            self.update_count_multiple,
+            self.update_direction,
+            self.update_norm_history,
+            self.update_quarantine,
+        )
+
+    def valuation_spec(self, round_number: int) -> ValuationSpec | None:
+        """How round `round_number` is valued (seeded per round); None when valuation is off."""
+        if self.valuation == ValuationMethod.NONE:
+            return None
+        return ValuationSpec(
+            method=self.valuation.value,
+            eps=self.eps,
+            delta=self.delta,
+            seed=self.seed + round_number,
+            budget=self.valuation_budget or None,
+            budget_seconds=self.valuation_budget_seconds or None,
+            target_stderr=self.valuation_target_stderr or None,  # x the utility range, 1.0
+            max_evaluations=self.valuation_max_evaluations,
+            exact_seconds=self.valuation_exact_seconds,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
