@@ -16,7 +16,6 @@ from fedsv.coordinator.run_end import RunEnd
 from fedsv.coordinator.sessions import ParticipantInfo, Rejected
 from fedsv.fl.reputation import Evidence
 from fedsv.fl.updates import ClientUpdate
-from fedsv.wire.v1 import fedsv_pb2
 
 
 @dataclass(frozen=True)
@@ -28,13 +27,13 @@ class ReceivedUpdate(ClientUpdate):
 
 @dataclass
 class OpenRound:
-    """The round being trained: its task payload and the updates received so far."""
+    """The round being trained: w_t, who trains it, and the updates received so far (tensors: the task
+    streams encode w_t for the wire, once a round)."""
 
     round: int
     selected: list[str]
     deadline: float
-    task_header: fedsv_pb2.TensorSetHeader  # of the global model w_t
-    task_payloads: Iterable[bytes]  # fedsv.wire.codec.ChunkPayloads: re-iterable, shared by all streams
+    params: dict[str, Tensor]  # the global model w_t the selected train from
     train_seeds: dict[str, int]
     received: dict[str, ReceivedUpdate] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # selected participant -> why it was refused

@@ -28,7 +28,7 @@ from fedsv.pipeline.metrics import RunMetrics
 from fedsv.pipeline.valuers import RoundInputs, Valuer
 from fedsv.settings.run import RunConfig
 from fedsv.valuation.round_valuation import GameSettings
-from fedsv.wire.codec import encode_tensor_set
+from fedsv.wire.codec import wire_size
 
 logger = logging.getLogger(__name__)
 
@@ -106,17 +106,16 @@ class RoundLoop:
         return FINISHED
 
     def _open(self, number: int) -> OpenRound:
-        """Select (the seeded draw, or the round's entry of a fixed `selection`), encode w_t once, open.
+        """Select (the seeded draw, or the round's entry of a fixed `selection`), and open the round.
 
         Only the selected cost work here: a connected participant that is not selected is not looked at
         (its task stream stays parked until it is selected or the run ends)."""
         run = self.run_config
         ranks = select_ranks(self.rng, run.participants, run.selected_per_round, self.schedule.get(number))
         selected = [participant_id(r) for r in ranks]
-        header, payloads = encode_tensor_set(self.params, chunk_bytes=self.server_config.max_chunk_bytes)
         seeds = {participant_id(r): train_seed(run.seed, number, r) for r in ranks}
         opened = OpenRound(
-            number, selected, time.time() + self.server_config.round_timeout, header, payloads, seeds
+            number, selected, time.time() + self.server_config.round_timeout, self.params, seeds
         )
         self.metrics.current_round.set(number)
         self.metrics.participants_selected.set(len(selected))
@@ -145,7 +144,7 @@ class RoundLoop:
         updates = self._bounded(closed)
         if not updates:
             return RunEnd(EndKind.ALL_OVER_BOUND, f"every update of round {number} was over the norm bound")
-        result = self._step(closed, updates, clock, opened.task_header.total_bytes)
+        result = self._step(closed, updates, clock, wire_size(opened.params))
         extra = json.dumps({"guard": self.guard.to_json()})
         self.committer.commit(result, json.dumps(self.rng.bit_generator.state), extra)
         self.valuer.committed(number)

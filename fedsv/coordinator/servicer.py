@@ -10,7 +10,7 @@ import grpc
 from fedsv.coordinator.calls import Calls
 from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.sessions import Rejected
-from fedsv.coordinator.task_stream import task_events
+from fedsv.coordinator.task_stream import RoundEncodings, task_events
 from fedsv.coordinator.update_stream import UpdateLimits, UpdateReceiver
 from fedsv.pipeline.metrics import RunMetrics
 from fedsv.security.log_safety import RateLimitedLog, shown
@@ -42,6 +42,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
         # Joins are logged as refusals are: a start logs each rank's once, a flood of Joins a summary.
         self._joins = RateLimitedLog(logger, burst=state.sessions.world_size + 10)
         self.updates = UpdateReceiver(self.calls, model_spec, limits)
+        self.encodings = RoundEncodings(limits.max_chunk_bytes)
 
     async def Join(
         self, request: fedsv_pb2.JoinRequest, context: grpc.aio.ServicerContext
@@ -85,7 +86,7 @@ class CoordinatorServicer(fedsv_pb2_grpc.CoordinatorServicer):
             self.state.sessions.open_call(info, "Subscribe")
         except Rejected as exc:
             await self.calls.refuse(context, exc.reason, str(exc))
-        events = task_events(self.calls, info.participant_id, info.token)
+        events = task_events(self.calls, self.encodings, info.participant_id, info.token)
         try:
             async for event in events:
                 yield event

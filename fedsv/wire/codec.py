@@ -139,6 +139,11 @@ class ChunkPayloads:
             yield self[i]
 
 
+def wire_size(tensors: Mapping[str, torch.Tensor]) -> int:
+    """The bytes the tensors take on the wire (their encoding's total_bytes)."""
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())
+
+
 def encode_tensor_set(
     tensors: Mapping[str, torch.Tensor], chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> tuple[fedsv_pb2.TensorSetHeader, ChunkPayloads]:

@@ -77,11 +77,8 @@ def _start(
             fedsv_pb2.JoinRequest(rank=rank, world_size=4, credential=credential, num_samples=SAMPLES)
         )
         tokens[reply.participant_id] = reply.session_token
-    header, payloads = encode_tensor_set(model, chunk_bytes=CHUNK)
     state.board.open_round(
-        OpenRound(
-            1, ["p000", "p001"], time.time() + 60, header, list(payloads), {f"p00{r}": r for r in range(4)}
-        )
+        OpenRound(1, ["p000", "p001"], time.time() + 60, model, {f"p00{r}": r for r in range(4)})
     )
     try:
         yield Harness(state, stub, registry, model, tokens)
@@ -249,9 +246,7 @@ def test_subscribe_streams_the_task_to_selected_participants_only(harness: Harne
     opened = harness.state.board.current
     assert opened is not None
     harness.state.board.close_round()  # round 2 selects p002: its waiting stream is woken with the task
-    harness.state.board.open_round(
-        OpenRound(2, ["p002"], time.time() + 60, opened.task_header, opened.task_payloads, {"p002": 7})
-    )
+    harness.state.board.open_round(OpenRound(2, ["p002"], time.time() + 60, opened.params, {"p002": 7}))
     task = next(other)
     assert task.WhichOneof("kind") == "task" and task.task.round == 2 and task.task.train_seed == 7
     for _ in range(task.task.model.num_chunks):

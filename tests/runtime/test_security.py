@@ -79,10 +79,7 @@ def _serve(
     server = CoordinatorServers(servicer, metrics, "127.0.0.1:0", credentials, world_size=4)
     port = server.port
     server.start()
-    header, payloads = encode_tensor_set(MODEL, chunk_bytes=CHUNK)
-    state.board.open_round(
-        OpenRound(1, ["p000", "p001"], time.time() + 60, header, list(payloads), {"p000": 0, "p001": 1})
-    )
+    state.board.open_round(OpenRound(1, ["p000", "p001"], time.time() + 60, MODEL, {"p000": 0, "p001": 1}))
     try:
         yield Server(state, port, registry)
     finally:

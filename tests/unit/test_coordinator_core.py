@@ -14,7 +14,6 @@ from fedsv.coordinator.refusals import Refusal
 from fedsv.coordinator.round_board import OpenRound, RoundBoard
 from fedsv.coordinator.run_end import FINISHED
 from fedsv.coordinator.sessions import ParticipantInfo, Rejected, Sessions
-from fedsv.wire.v1 import fedsv_pb2
 
 
 def _refused(reason: Refusal, call: object, *args: object, **kwargs: object) -> None:
@@ -65,9 +64,7 @@ def test_calls_are_capped_per_participant_and_task_streams_per_run() -> None:
 
 
 def _open(board: RoundBoard, number: int, selected: list[str], deadline: float) -> OpenRound:
-    opened = OpenRound(
-        number, selected, deadline, fedsv_pb2.TensorSetHeader(), [], dict.fromkeys(selected, 7)
-    )
+    opened = OpenRound(number, selected, deadline, {"w": torch.zeros(2)}, dict.fromkeys(selected, 7))
     board.open_round(opened)
     return opened
 
