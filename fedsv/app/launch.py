@@ -22,6 +22,7 @@ from fedsv.security import certs
 from fedsv.settings.choices import ValuationSchedule
 from fedsv.settings.run import RunConfig
 from fedsv.settings.schema import check_settings, setting
+from fedsv.valuation.rounds import valuation_time
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +93,8 @@ def format_progress(record: RoundRecord, total_rounds: int) -> str:
         f"acc {record.test_accuracy:.3f}  U {record.utility_before:.3f}->{record.utility_after:.3f}  "
         f"received {len(record.received)}/{len(record.selected)}  "
         f"valuation {record.method}: {record.evaluations} evals, {format_stderr(record.max_stderr)}, "
-        f"{record.valuation_seconds:.2f}s  round {record.round_seconds:.1f}s"
+        f"{valuation_time(record.valuation_seconds, record.valuation_cpu_seconds)}  "
+        f"round {record.round_seconds:.1f}s"
     )
 
 

@@ -23,7 +23,8 @@ def format_runs(runs: list[RunDir], chosen: Path) -> str:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at))
         mark = "*" if run.path == chosen else " "
         run_id = "" if run.run_id == run.path.name else f"  (run {run.run_id})"
-        lines.append(f" {mark} {run.path.name:<30} {started}  {run.rounds} rounds{run_id}")
+        rounds = f"{run.rounds} round{'s' if run.rounds != 1 else ''}"
+        lines.append(f" {mark} {run.path.name:<30} {started}  {rounds:<10}{run_id}")
     return "\n".join(lines)
 
 
@@ -73,8 +74,8 @@ def format_table(report: dict[str, Any]) -> str:
     rounds = summary["rounds"]
     verdict = report.get("verdict", {}).get("line")
     lines = [
-        f"run {report['run_id']}: {rounds} round{'s' if rounds != 1 else ''}, final test accuracy "
-        + ("-" if accuracy is None else f"{accuracy:.4f}"),
+        f"run {report['run_id']}: {rounds} round{'s' if rounds != 1 else ''}, "
+        + ("no test set (no test accuracy)" if accuracy is None else f"final test accuracy {accuracy:.4f}"),
         f"traffic: {_bytes(summary['bytes_per_round'])} per round (up {up}, down {down}); "
         + ("-" if ratio is None else f"{ratio:.3f}x")
         + f" the physical minimum of {_bytes(summary['physical_minimum_bytes_per_round'])}",

@@ -111,4 +111,5 @@ def build_round_record(
         local_train_seconds=times.local_train,
         valued_at=valued_at,
         max_stderr=max_stderr,
+        valuation_cpu_seconds=math.nan if values is None else values.cpu_seconds,
     )

@@ -28,6 +28,7 @@ class ValuationSummary:
     valued_at: float
     max_stderr: float
     status: RoundStatus = RoundStatus.VALUED
+    valuation_cpu_seconds: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class RoundRecord:
     valued_at: float = math.nan  # when its values were committed; NaN while valuation is pending
     max_stderr: float = math.nan  # the round's largest FedSV standard error (0 exact); NaN while pending
     refused: dict[str, str] = field(default_factory=dict)  # selected, not aggregated: participant -> why
+    valuation_cpu_seconds: float = math.nan  # CPU seconds of the valuing process; NaN: not measured
 
     @property
     def pending(self) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from fedsv.ledger.records import FoldValueRow, RoundRecord, RoundStatus, ValueRow
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """Version 2 added the updates table (each aggregated update's sample count) and the rounds' valued_at
 (when a round's values were committed: valuation may run behind the rounds). Version 3 added the
 rounds' status (pending, valued, not_valued), which older files spell as the method "pending" or
@@ -19,6 +19,8 @@ updates with their reasons (rounds.refused), the values per validation fold (fol
 label value's validation error (class_values.validation). Version 7 added the validation scores of
 other initial models (initial_scores: valuation/initial_spread.py). Version 8 added each update's
 effect on its round's validation loss (update_effects: the guard's reputation, fedsv/fl/reputation.py).
+Version 9 added the CPU seconds of each round's valuation (rounds.valuation_cpu_seconds), so that time
+waiting for a CPU shows apart from valuation work; older rounds read as not measured (NULL).
 A coordinator migrates an older file when it opens it (MIGRATIONS); a reader reads it as is
 (round_columns)."""
 
@@ -126,6 +128,10 @@ def _to_8(conn: sqlite3.Connection) -> None:
     conn.execute(_EFFECTS_TABLE)
 
 
+def _to_9(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE rounds ADD COLUMN valuation_cpu_seconds REAL")
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _to_2,
     2: _to_3,
@@ -134,6 +140,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     5: _to_6,
     6: _to_7,
     7: _to_8,
+    8: _to_9,
 }
 """version -> the step that brings a file of that version to the next."""
 
@@ -154,6 +161,8 @@ def round_columns(version: int) -> str:
         stand_ins["max_stderr"] = "CASE method WHEN 'exact' THEN 0.0 END"
     if version < 6:
         stand_ins["refused"] = "'{}'"
+    if version < 9:
+        stand_ins["valuation_cpu_seconds"] = "NULL"
     if version < 3:
         stand_ins["status"] = _STATUS_OF_METHOD
         stand_ins["method"] = "CASE method WHEN 'pending' THEN '' ELSE method END"

@@ -84,6 +84,7 @@ def valuation_summary(values: RoundValues, valued_at: float) -> ValuationSummary
         valued_at=valued_at,
         max_stderr=values.max_stderr,
         status=status_of(values),
+        valuation_cpu_seconds=values.cpu_seconds,
     )
 
 

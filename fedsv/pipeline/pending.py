@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -105,6 +106,11 @@ class PendingStore:
     def remove(self, number: int) -> None:
         self.path(number).unlink(missing_ok=True)
         self.plan_path(number).unlink(missing_ok=True)
+
+    def tidy(self) -> None:
+        """Remove the directory if it holds nothing (every round valued): a finished run leaves none."""
+        with contextlib.suppress(OSError):  # not empty (rounds still pending), or already gone
+            self.directory.rmdir()
 
     def prune(self, keep: set[int]) -> None:
         """Delete the files of rounds not in `keep` (rounds valued already, or never committed)."""

@@ -141,6 +141,7 @@ class BackgroundValuer(Valuer):
 
     def close(self) -> None:
         self.worker.close()
+        self.store.tidy()
 
     @property
     def error(self) -> str:

@@ -77,6 +77,9 @@ class Game:
     are then vectorized, with no Python work per coalition. Larger games memoize in a dict.
     """
 
+    computed_by: str = ""
+    """How the game computes its coalitions, for people ("" where there is nothing to say)."""
+
     def __init__(self, m: int) -> None:
         if int(m) < 1:
             raise ValueError(f"a game needs at least one player, got m={m}")

@@ -153,7 +153,8 @@ class RoundGame(Game):
         self.executor: Executor
         self.executor, reason = plan_executor(mode, self.inputs, self.compute, self.memory, fused)
         self.mode = self.executor.mode
-        _tell(model, f"RoundGame mode {self.mode!r} on {self.device} ({self.precision}): {reason}")
+        self.computed_by = f"mode {self.mode!r} on {self.device} ({self.precision}): {reason}"
+        _tell(model, f"RoundGame {self.computed_by}")
 
     def prepare(self) -> None:
         """Do the round's one-off work now (mode "fast": the stem outputs, when they fit the budget)."""

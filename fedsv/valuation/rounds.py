@@ -24,6 +24,17 @@ TOTAL_KEYS = ("fedsv", "fedsv_normalized", "fedsv_completed", "fedsv_shrunk", "l
 fedsv_shrunk: shrinkage.py."""
 
 
+def valuation_time(seconds: float, cpu_seconds: float) -> str:
+    """A valuation's wall time with its CPU time apart ("148.33 s: 35.10 CPU-s, 113.23 s waiting for a
+    CPU"): on a busy machine the wall time is mostly waiting; where CPU time was not measured, the wall
+    time alone."""
+    if not math.isfinite(cpu_seconds):
+        return f"{seconds:.2f} s"
+    waited = seconds - cpu_seconds
+    said = f"{seconds:.2f} s: {cpu_seconds:.2f} CPU-s"
+    return said + (f", {waited:.2f} s waiting for a CPU" if waited > 0.1 * seconds else "")
+
+
 @dataclass
 class RoundValues:
     """One round's values of its selected participants (index i = participants[i]).
@@ -49,6 +60,9 @@ class RoundValues:
     folds: FoldValues | None = None  # per participant and validation fold (by_class); None: not split
     selected: list[str] | None = None  # the round's selection, when some were not aggregated (turned
     # away, late): they are valued 0 in this round (they contributed nothing); None: the participants
+    computed_by: str = ""  # how the round's game computed its coalitions (Game.computed_by)
+    cpu_seconds: float = math.nan  # CPU time of the valuing process (all its threads) over `seconds`;
+    # seconds - cpu_seconds / threads is time spent waiting for a CPU. NaN: not measured
 
     def __post_init__(self) -> None:
         self.fedsv = np.asarray(self.fedsv, dtype=np.float64)
@@ -111,14 +125,14 @@ def value_round(
         raise ValueError(f"round {round}: {len(ids)} participant ids for a game of {game.m} players")
     spec = spec or ValuationSpec()
     before = game.evaluations
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     chosen = plan_game(game, spec)
     if on_plan is not None:
         on_plan(chosen)
     result = make_estimator(chosen, spec).run(game)
     loo = LeaveOneOut().run(game)
     split = split_values(game, chosen, spec, result)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     rv = RoundValues(
         round=int(round),
         participants=ids,
@@ -130,6 +144,8 @@ def value_round(
         evaluations=game.evaluations - before,
         seconds=seconds,
         stderr=np.zeros(game.m) if result.stderr is None else result.stderr,
+        cpu_seconds=cpu_seconds,
+        computed_by=game.computed_by,
         classes=split.classes,
         folds=split.folds,
     )

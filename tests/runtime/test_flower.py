@@ -254,25 +254,31 @@ def test_robust_strategies_are_valued_against_flowers_own_aggregate(
 
 
 def test_the_app_runs_twice_into_one_ledger_folder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Each app run is a new run in its own directory under ledger=; `fedsv report FOLDER` lists them
-    and reports the latest, named by the ClientApp's fedsv_names mod."""
+    and reports the latest, named by the ClientApp's fedsv_names mod. start() ends the wrapper's work
+    (no close() call), leaving no empty ledger.pending/, and Flower's stream says how the games ran."""
     ids = []
     for _ in range(2):
         wrapped = FedSVStrategy(
             FedAvg(min_available_nodes=3), task.model(), validation=_validation(), ledger=tmp_path / "flower"
         )
         random.seed(0)
-        run_federation(
-            client_app,
-            3,
-            lambda grid, w=wrapped: w.start(  # type: ignore[misc]
-                grid=grid, initial_arrays=ArrayRecord(task.model().state_dict()), num_rounds=1
-            ),
-        )
-        wrapped.close()
+        with caplog.at_level("INFO", logger="flwr"):
+            run_federation(
+                client_app,
+                3,
+                lambda grid, w=wrapped: w.start(  # type: ignore[misc]
+                    grid=grid, initial_arrays=ArrayRecord(task.model().state_dict()), num_rounds=1
+                ),
+            )
+        assert wrapped.valuer.background and wrapped.recorder.path is not None
+        assert not wrapped.recorder.path.with_suffix(".pending").exists()
         ids.append(wrapped.recorder.run_id)
+    said = [r.getMessage() for r in caplog.records]
+    assert any("round games computed in mode 'fast'" in line for line in said), said
+    assert any("round 1 valued" in line and "CPU-s" in line for line in said), said
     ledger, runs = resolve_run(tmp_path / "flower")
     assert [run.run_id for run in runs] == ids and ledger.parent.name == ids[1]
     report = build_report(tmp_path / "flower")
@@ -282,7 +288,8 @@ def test_the_app_runs_twice_into_one_ledger_folder(
 
     assert main(["report", str(tmp_path / "flower")]) == 0
     out, err = capsys.readouterr()
-    assert f"run {ids[1]}:" in out and "2 runs in" in err
+    assert f"run {ids[1]}: 1 round, no test set" in out and "2 runs in" in err
+    assert all(" 1 round " in line for line in err.splitlines()[1:])
     assert [line.split()[0] for line in err.splitlines()[1:]] == [ids[0], "*"]
 
 

@@ -240,9 +240,26 @@ def test_a_schema_7_ledger_reads_no_effects_and_migrates(tmp_path: Path) -> None
         assert ledger.effects() == [effect]
 
 
+def test_a_schema_8_ledger_reads_cpu_seconds_as_not_measured_and_migrates(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        commit(ledger, 1)
+    _downgrade(path, 8)
+    with Ledger(path, read_only=True) as reader:
+        assert math.isnan(reader.rounds()[0].valuation_cpu_seconds) and reader.integrity_ok()
+    with Ledger(path) as ledger:
+        record = dataclasses.replace(make_record(2), valuation_cpu_seconds=1.5)
+        values, traffic = make_rows(record)
+        ledger.commit_round(record, values, traffic, Checkpoint(2, b"p", "{}"))
+        assert [r.valuation_cpu_seconds for r in ledger.rounds()][1] == 1.5
+
+
 def _downgrade(path: Path, version: int) -> None:
     """Make a current ledger look like what a coordinator of schema `version` left."""
     with sqlite3.connect(path) as conn:
+        if version < 9:  # no valuation CPU seconds
+            conn.execute("ALTER TABLE rounds DROP COLUMN valuation_cpu_seconds")
         if version < 8:  # no update effects
             conn.execute("DROP TABLE update_effects")
         if version < 7:  # no initial scores

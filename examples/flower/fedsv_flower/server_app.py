@@ -32,6 +32,5 @@ def main(grid: Grid, context: Context) -> None:
             valuation=ValuationSpec(method="auto", budget=4096, seed=0),
             ledger=str(config.get("ledger", "runs/flower")),
         )
+    # start() returns once every round's values are in the ledger; the wrapper needs no close() after it
     strategy.start(grid=grid, initial_arrays=ArrayRecord(task.model().state_dict()), num_rounds=rounds)
-    if isinstance(strategy, FedSVStrategy):
-        strategy.close()

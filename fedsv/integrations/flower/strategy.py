@@ -40,6 +40,7 @@ from fedsv.valuation import RoundValues, ValuationSpec
 from fedsv.valuation.initial_spread import measure, reinitialized, seeded
 from fedsv.valuation.round_inputs import Metric
 from fedsv.valuation.round_valuation import GameSettings
+from fedsv.valuation.rounds import valuation_time
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ def round_line(values: RoundValues) -> str:
     (top, high), (bottom, low) = ranked[0], ranked[-1]
     return (
         f"fedsv: round {values.round} valued ({values.method}, {values.evaluations} evaluations, "
-        f"{values.seconds:.2f} s): top {top} {high:+.4f}, bottom {bottom} {low:+.4f}"
+        f"{valuation_time(values.seconds, values.cpu_seconds)}): top {top} {high:+.4f}, "
+        f"bottom {bottom} {low:+.4f}"
     )
 
 
@@ -141,13 +143,18 @@ class FedSVStrategy(Strategy):
         self._sent: dict[int, list[int]] = {}
         self._traffic: dict[int, RoundTraffic] = {}
         self._started: dict[int, float] = {}
-        self._finished = False
+        self._finished = self._closed = False
 
     def _valuer(
         self, validation: EvalSet, game: GameSettings, background: bool | None, threads: int
     ) -> Valuer:
-        def said(values: RoundValues) -> None:
-            flower_log(INFO, "%s", round_line(values))  # shows in `flwr run --stream`
+        told: list[str] = []
+
+        def said(values: RoundValues) -> None:  # shows in `flwr run --stream`
+            if values.computed_by and values.computed_by not in told:  # the first round, or a change
+                flower_log(INFO, "fedsv: round games computed in %s", values.computed_by)
+                told.append(values.computed_by)
+            flower_log(INFO, "%s", round_line(values))
 
         if background is None:
             background = self.recorder.ledger is not None
@@ -170,18 +177,28 @@ class FedSVStrategy(Strategy):
 
     # ---------------------------------------------------------------- the run
     def start(self, grid: Grid, initial_arrays: ArrayRecord, *args: Any, **kwargs: Any) -> Result:
-        """Flower's run loop (Strategy.start, unchanged), then the backlog of values, if any."""
-        result = super().start(grid, initial_arrays, *args, **kwargs)
-        self.finish()
-        return result
+        """Flower's run loop (Strategy.start, unchanged), then the backlog of values, if any; then the
+        wrapper's end (close()): the app needs no call of its own after start()."""
+        try:
+            return super().start(grid, initial_arrays, *args, **kwargs)
+        finally:
+            self.close()
 
     def finish(self) -> None:
         """Wait until every round's values are in the ledger (background valuation), and say where."""
         if self._finished:
             return
         self._finished = True
-        if self.valuer.background:
-            flower_log(INFO, "fedsv: valuing the backlog")
+        backlog = self.recorder.ledger.pending_rounds() if self.recorder.ledger is not None else []
+        if self.valuer.background and backlog:
+            flower_log(
+                INFO,
+                "fedsv: Flower's rounds are done; valuing the backlog of %d round%s (%s) before start() "
+                "returns",
+                len(backlog),
+                "" if len(backlog) == 1 else "s",
+                ", ".join(map(str, backlog)),
+            )
         if not self.valuer.finish(threading.Event()):
             flower_log(
                 ERROR, "fedsv: valuation failed; the rounds left stay pending in %s", self.recorder.path
@@ -295,10 +312,17 @@ class FedSVStrategy(Strategy):
         return self.recorder.accounting.totals()
 
     def close(self) -> None:
-        """Wait for the backlog of values (finish()), stop the valuation process and close the ledger."""
-        self.finish()
-        self.valuer.close()
-        self.recorder.close()
+        """Wait for the backlog of values (finish()), stop the valuation process and close the ledger.
+        start() ends with it; call it only after rounds driven without start(). A second call does
+        nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.finish()
+        finally:
+            self.valuer.close()
+            self.recorder.close()
 
     def __getattr__(self, name: str) -> Any:
         """The wrapped strategy's own settings (fraction_train, weighted_by_key, ...) read through."""
