@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 
 from torch import Tensor
 
@@ -27,14 +28,23 @@ from fedsv.valuation import RoundValues
 logger = logging.getLogger(__name__)
 
 
+class Phase(StrEnum):
+    """A round's consecutive phases on the coordinator."""
+
+    BACKLOG = "backlog"  # waiting for room in the valuation backlog
+    TRAIN_WAIT = "train_wait"  # the selected train; their updates arrive
+    AGGREGATION_AND_VALUATION = "aggregation_and_valuation"
+    EVALUATION = "evaluation"  # w_{t+1} on the test set
+
+
 class PhaseClock:
     """Wall-clock seconds of a round's consecutive phases."""
 
     def __init__(self) -> None:
         self.started = self._last = time.time()
-        self.phases: dict[str, float] = {}
+        self.phases: dict[Phase, float] = {}
 
-    def lap(self, phase: str) -> None:
+    def lap(self, phase: Phase) -> None:
         now = time.time()
         self.phases[phase] = now - self._last
         self._last = now
@@ -72,10 +82,10 @@ class RoundCommitter:
         times = RoundTimes(
             started_at=result.clock.started,
             finished_at=time.time(),
-            train_wait=result.clock.phases["train_wait"],
+            train_wait=result.clock.phases[Phase.TRAIN_WAIT],
             aggregation=result.aggregation_seconds,
             valuation=result.valuation_seconds,
-            evaluation=result.clock.phases["evaluation"],
+            evaluation=result.clock.phases[Phase.EVALUATION],
             local_train=max((u.train_seconds for u in closed.received.values()), default=0.0),
         )
         record = build_round_record(

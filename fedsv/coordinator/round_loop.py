@@ -11,7 +11,7 @@ import numpy as np
 
 from fedsv.coordinator.resume import RunProgress
 from fedsv.coordinator.round_board import OpenRound
-from fedsv.coordinator.round_commit import PhaseClock, RoundCommitter, RoundResult
+from fedsv.coordinator.round_commit import Phase, PhaseClock, RoundCommitter, RoundResult
 from fedsv.coordinator.run_end import FINISHED, STOPPED, EndKind, RunEnd
 from fedsv.coordinator.run_inputs import RunInputs
 from fedsv.coordinator.run_state import RunState
@@ -134,13 +134,13 @@ class RoundLoop:
         clock = PhaseClock()  # a round's time includes any wait for the valuation backlog to shrink
         if not self.valuer.wait_for_room(self.stop_event):
             return self._stopped(EndKind.VALUATION_FAILED, self.valuer.error)
-        clock.lap("backlog")
+        clock.lap(Phase.BACKLOG)
         opened = self._open(number)
         quorum = self._collect(opened)
         closed = self.state.board.close_round()
         if not quorum:
             return self._stopped(EndKind.NO_QUORUM, f"no quorum in round {number}")
-        clock.lap("train_wait")
+        clock.lap(Phase.TRAIN_WAIT)
         updates = self._bounded(closed)
         if not updates:
             return RunEnd(EndKind.ALL_OVER_BOUND, f"every update of round {number} was over the norm bound")
@@ -162,11 +162,11 @@ class RoundLoop:
         aggregated = time.perf_counter()
         values = self.valuer.value(RoundInputs(number, self.params, updates, closed.selected))
         valuation = time.perf_counter() - aggregated if values is not None else 0.0
-        clock.lap("aggregation_and_valuation")  # split by the timings above
+        clock.lap(Phase.AGGREGATION_AND_VALUATION)  # split by the timings above
         test = TestScore()  # no test set: nothing to report
         if inputs.test is not None:
             test = TestScore(*evaluate(inputs.model, new_params, inputs.test.x, inputs.test.y))
-        clock.lap("evaluation")
+        clock.lap(Phase.EVALUATION)
         return RoundResult(
             closed, new_params, values, test, model_bytes, aggregated - started, valuation, clock
         )
