@@ -1,13 +1,17 @@
 """Flower round time with and without FedSVStrategy, on Flower's deployment engine, in one sitting.
 
-Usage: python benchmarks/bench_flower.py [--nodes 8] [--rounds 4] [--pairs 2]
+Usage: python benchmarks/bench_flower.py [--nodes 8] [--rounds 4] [--pairs 2] [--busy 0]
 
 Starts a SuperLink and --nodes SuperNodes on loopback (flwr's own commands, a private FLWR_HOME), then
 runs examples/flower --pairs times each way, alternating: `fedsv=false` (Flower's FedAvg alone) and
 `fedsv=true` (FedAvg wrapped by FedSVStrategy, valuation in the background). A round's time is the gap
 between the "[ROUND k/N]" lines of `flwr run --stream` (the last round ends at "Strategy execution
 finished"), stamped as each line arrives. Prints the median round time of each way and their ratio,
-and the wrapped run's seconds from the end of its last round to the end of its backlog.
+the wrapped run's seconds from the end of its last round to the end of its backlog, and where the CPU
+went: every process of the federation (the SuperLink, the SuperNodes and all they started, the
+ServerApp and its valuation process included, read from /proc when they are reaped) per run, and the
+valuation's own wall and CPU seconds per round from the wrapped runs' ledgers. --busy N keeps N
+spinning processes at normal priority running throughout (a machine whose cores are busy).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 import re
 import shutil
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -45,6 +50,32 @@ def _wait_for_port(port: int, deadline: float) -> None:
                 return
         time.sleep(0.2)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pids: Sequence[int]) -> float:
+    """CPU seconds of these processes and every descendant they have reaped (/proc/PID/stat: utime,
+    stime, cutime, cstime)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += sum(int(f) for f in fields[11:15])
+    return total / TICK
+
+
+def _valuation_seconds(runs: Path) -> tuple[list[float], list[float]]:
+    """Each valued round's valuation wall and CPU seconds, from every ledger under `runs`."""
+    wall: list[float] = []
+    cpu: list[float] = []
+    for path in sorted(runs.glob("*/ledger.sqlite")):
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            query = "SELECT valuation_seconds, valuation_cpu_seconds FROM rounds WHERE status = 'valued'"
+            for seconds, cpu_seconds in conn.execute(query):
+                wall.append(seconds)
+                cpu.append(cpu_seconds if cpu_seconds is not None else float("nan"))
+    return wall, cpu
 
 
 def _run(home: Path, ledger: Path, rounds: int, nodes: int, fedsv: bool) -> tuple[list[float], float]:
@@ -82,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--busy", type=int, default=0, help="spinning processes kept running throughout")
     args = parser.parse_args(argv)
     if shutil.which("flower-superlink") is None:
         print("flwr is not installed (pip install 'fedsv[flower]')", file=sys.stderr)
@@ -93,7 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     federation = f'[superlink.bench]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
     (work / "home" / "config.toml").write_text(f'[superlink]\ndefault = "bench"\n\n{federation}')
     servers: list[subprocess.Popen[bytes]] = []
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     log = open(work / "servers.log", "wb")  # noqa: SIM115 (closed in finally)
+    cpu: dict[str, list[float]] = {"FedAvg": [], "FedSVStrategy(FedAvg)": []}
     try:
         servers.append(
             subprocess.Popen(
@@ -133,8 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         backlog: list[float] = []
         for pair in range(args.pairs):
             for fedsv in (pair % 2 == 1, pair % 2 == 0):  # alternate which way goes first
+                before = _cpu_seconds([s.pid for s in servers])
                 times, tail = _run(work / "home", work / "runs", args.rounds, args.nodes, fedsv)
-                rounds["FedSVStrategy(FedAvg)" if fedsv else "FedAvg"].extend(times)
+                time.sleep(5)  # the ServerApp and its ClientApps reaped, their CPU counted
+                name = "FedSVStrategy(FedAvg)" if fedsv else "FedAvg"
+                rounds[name].extend(times)
+                cpu[name].append(_cpu_seconds([s.pid for s in servers]) - before)
                 if fedsv:
                     backlog.append(tail)
                 print(
@@ -143,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     flush=True,
                 )
     finally:
+        for spinner in spinners:
+            spinner.kill()
         for server in reversed(servers):
             server.terminate()
         for server in servers:
@@ -152,15 +192,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                 server.kill()
         log.close()
     plain = statistics.median(rounds["FedAvg"])
+    plain_cpu = statistics.median(cpu["FedAvg"]) / args.rounds
     rows = [
-        [name, str(len(times)), f"{statistics.median(times):.2f}", f"{statistics.median(times) / plain:.3f}x"]
+        [
+            name,
+            str(len(times)),
+            f"{statistics.median(times):.2f}",
+            f"{statistics.median(times) / plain:.3f}x",
+            f"{statistics.median(cpu[name]) / args.rounds:.1f}",
+            f"{statistics.median(cpu[name]) / args.rounds / plain_cpu:.3f}x",
+        ]
         for name, times in rounds.items()
     ]
     print(
         f"\nFlower {args.nodes} SuperNodes, deployment engine, examples/flower (the paper's MLP), "
-        f"{args.rounds} rounds x {args.pairs} runs each"
+        f"{args.rounds} rounds x {args.pairs} runs each; {args.busy} spinning processes beside"
     )
-    print_table(["strategy", "rounds", "median round s", "vs FedAvg"], rows)
+    print_table(
+        ["strategy", "rounds", "median round s", "vs FedAvg", "CPU-s per round (all)", "vs FedAvg"], rows
+    )
+    wall, valuation_cpu = _valuation_seconds(work / "runs")
+    print(
+        f"valuation per round (idle-priority process): median {statistics.median(wall):.2f} s wall, "
+        f"{statistics.median(valuation_cpu):.2f} CPU-s"
+    )
     print(f"wrapped runs: last round's end to the backlog's end, median {statistics.median(backlog):.2f} s")
     print(f"load after: {load_average()}; work files in {work}")
     return 0

@@ -134,9 +134,10 @@ def _run_section(report: dict[str, Any]) -> str:
         else "traffic not recorded"
     )
     final = report.get("final_accuracy")
-    accuracy = "-" if final is None else f"{final:.4f}"
+    accuracy = "no test set" if final is None else f"final test accuracy {final:.4f}"
+    count = len(report["rounds"])
     return (
-        f"<p>{len(report['rounds'])} rounds, final test accuracy {_e(accuracy)}; "
+        f"<p>{count} round{'s' if count != 1 else ''}, {_e(accuracy)}; "
         f"{_e(traffic)}.</p><div class='run'><table class='settings'>{settings}</table>"
         "<div id='fig-accuracy'></div></div>"
     )

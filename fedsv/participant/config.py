@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from fedsv.config.checks import check_address
+from fedsv.config.checks import check_address, require
 from fedsv.fl.device import resolve_device
 from fedsv.participant.local import LocalSettings
 from fedsv.settings.schema import check_settings, setting
@@ -36,6 +36,9 @@ class ParticipantConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)  # ranges, as the schema declares them
+        require(
+            bool(self.coordinator.strip()), "coordinator", "given: --coordinator HOST:PORT", self.coordinator
+        )
         check_address("coordinator", self.coordinator)
         if bool(self.tls_dir) == bool(self.insecure):
             raise ValueError(

@@ -92,8 +92,3 @@ class Precision(StrEnum):
     FP32 = "fp32"
     TF32 = "tf32"
     BF16 = "bf16"
-
-
-def listed(choices: type[StrEnum]) -> str:
-    """ "a | b | c": the choices as help shows them."""
-    return " | ".join(member.value for member in choices)

@@ -15,7 +15,6 @@ from fedsv.config.checks import (
     check_seconds,
     require,
 )
-from fedsv.settings.choices import listed
 
 
 class Section(StrEnum):
@@ -102,4 +101,5 @@ class Setting:
 
     @property
     def full_help(self) -> str:
-        return f"{self.help} ({listed(self.choices)})" if self.choices else self.help
+        """The help a flag shows (an enum's flag lists its choices as its metavar)."""
+        return self.help
