@@ -42,10 +42,6 @@ from fedsv.valuation.rounds import TOTAL_KEYS
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BACKLOG_BYTES = 4 * 2**30
-"""Inputs of rounds awaiting values that may sit on disk before rounds wait (4 GiB: hundreds of rounds
-of the paper's models)."""
-
 WARM_UP = 0
 """The job that starts the valuation process before any round (rounds are numbered from 1)."""
 
@@ -84,7 +80,7 @@ class ValuationWorker:
         ledger: Ledger,
         metrics: RunMetrics,
         store: PendingStore,
-        backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
+        backlog_bytes: int | None = None,  # None: no bound (--valuation-backlog-bytes sets the coordinator's)
         threads: int = 0,
         on_valued: Callable[[RoundValues], None] | None = None,
     ) -> None:
@@ -148,7 +144,8 @@ class ValuationWorker:
 
     def wait_for_room(self, stop: threading.Event) -> bool:
         """Block while the backlog's inputs take `backlog_bytes` or more; False on stop or a failure."""
-        return self._wait(lambda: not self._sizes or sum(self._sizes.values()) < self.backlog_bytes, stop)
+        bound = self.backlog_bytes
+        return self._wait(lambda: bound is None or not self._sizes or sum(self._sizes.values()) < bound, stop)
 
     def drain(self, stop: threading.Event, progress: Callable[[int], None] | None = None) -> bool:
         """Block until every submitted round has its values (`progress` sees the rounds left as they

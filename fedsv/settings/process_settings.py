@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fedsv.config.checks import INT64_MAX
-from fedsv.pipeline.valuation_worker import DEFAULT_BACKLOG_BYTES
 from fedsv.settings.choices import Precision, ValuationSchedule
 from fedsv.settings.declaration import Count, Port, Seconds, Section, Setting, Share
 from fedsv.wire.limits import DEFAULT_CHUNK_BYTES, DEFAULT_MAX_SAMPLES, MAX_TENSOR_SET_BYTES
@@ -93,7 +92,7 @@ PROCESS_SETTINGS: dict[str, Setting] = {
     ),
     "valuation_backlog_bytes": Setting(
         V,
-        DEFAULT_BACKLOG_BYTES,
+        4 * 2**30,  # hundreds of rounds of the paper's models
         "pipelined: bytes of inputs of rounds awaiting values kept on disk before rounds wait",
         Count(1, INT64_MAX),
     ),

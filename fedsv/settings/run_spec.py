@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fedsv.data.shards import Holdout
-from fedsv.settings.run import RunConfig
 from fedsv.wire.v1 import fedsv_pb2
+
+if TYPE_CHECKING:  # a participant reads RunSpecs without loading the run's settings (valuation, ...)
+    from fedsv.settings.run import RunConfig
 
 NO_CORRUPTION = "none"
 

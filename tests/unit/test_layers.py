@@ -30,8 +30,6 @@ ALLOWED: dict[str, set[str]] = {
         "fedsv.data",
         "fedsv.task",
         "fedsv.wire",
-        "fedsv.ledger",
-        "fedsv.pipeline",
     },
     "fedsv.coordinator": {
         "fedsv.config",
