@@ -28,6 +28,7 @@ class ModelName(StrEnum):
     CNN = "cnn"  # the CNN that fits the data: cnn_mnist for 1x28x28 images, cnn_cifar for 3x32x32
     CNN_MNIST = "cnn_mnist"
     CNN_CIFAR = "cnn_cifar"
+    RESNET18 = "resnet18"  # ResNet-18 for 32x32 images (fedsv.task.resnet)
 
 
 class Metric(StrEnum):

@@ -8,6 +8,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from fedsv.task.resnet import ResNet18
+
 
 class MLP(nn.Sequential):
     """The paper's MNIST MLP: two hidden layers of 200 units with ReLU (flattens its input first)."""
@@ -69,16 +71,15 @@ class CifarCNN(nn.Sequential):
         self.input_shape = (3, 32, 32)
 
 
-MODELS: dict[str, Callable[..., nn.Sequential]] = {
+MODELS: dict[str, Callable[..., nn.Module]] = {
     "mlp": MLP,
     "cnn_mnist": MnistCNN,
     "cnn_cifar": CifarCNN,
+    "resnet18": ResNet18,
 }
 
 
-def build_model(
-    name: str, input_shape: tuple[int, ...], num_classes: int = 10, seed: int = 0
-) -> nn.Sequential:
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int = 10, seed: int = 0) -> nn.Module:
     """Instantiate a model by name with seeded initial weights; images come in as (n, C, H, W).
 
     "cnn" picks the CNN that fits the input: MnistCNN for 1x28x28, CifarCNN for 3x32x32.

@@ -99,3 +99,42 @@ def test_build_model_errors() -> None:
         build_model("cnn_mnist", (3, 32, 32))
     with pytest.raises(ValueError, match="CifarCNN expects 3x32x32"):
         build_model("cnn_cifar", (1, 28, 28))
+
+
+def test_resnet18_has_its_size_and_every_round_game_mode_gives_its_utilities() -> None:
+    """ResNet-18 (fedsv.task.resnet): 11.17 M parameters at 3x32x32; on 3x8x8 images (cheap: the pooling
+    adapts) the traced fast path, the batched path and a naive forward per coalition agree."""
+    from fedsv.fl.state import apply_delta, federated_state
+    from fedsv.valuation import RoundGame
+    from fedsv.valuation.exact import all_coalitions
+
+    full = build_model("resnet18", (3, 32, 32), seed=0)
+    assert sum(p.numel() for p in full.parameters()) == 11_173_962
+    model = build_model("resnet18", (3, 8, 8), seed=0).eval()
+    generator = torch.Generator().manual_seed(1)
+    w = federated_state(model)
+    deltas = [{k: 0.05 * torch.randn(v.shape, generator=generator) for k, v in w.items()} for _ in range(3)]
+    x = torch.rand(12, 3, 8, 8, generator=generator)
+    y = torch.randint(0, 10, (12,), generator=generator)
+    members = all_coalitions(3)
+    games = {
+        mode: RoundGame(model, w, deltas, [1, 2, 3], x, y, metric="neg_loss", mode=mode)
+        for mode in ("fast", "batched")
+    }
+    assert "traced: Conv2d 'conv1'" in games["fast"].computed_by  # the stem is cut off, the rest traced
+    utilities = {mode: game.utilities(members) for mode, game in games.items()}
+    naive = []
+    for row in members:
+        chosen = [i for i in range(3) if row[i]]
+        params = w
+        if chosen:
+            total = float(sum(i + 1 for i in chosen))
+            step = {k: torch.zeros_like(v) for k, v in w.items()}
+            for i in chosen:
+                step = {k: step[k] + deltas[i][k] * ((i + 1) / total) for k in w}
+            params = apply_delta(w, step)
+        with torch.no_grad():
+            logits = torch.func.functional_call(model, params, (x,))
+        naive.append(float(torch.log_softmax(logits, 1)[torch.arange(12), y].mean()))
+    for mode, got in utilities.items():
+        assert got == pytest.approx(naive, abs=1e-4), mode

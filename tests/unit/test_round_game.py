@@ -37,7 +37,7 @@ class Round:
 
     name: str
     input_shape: tuple[int, int, int]
-    model: nn.Sequential
+    model: nn.Module
     global_params: Params
     deltas: list[Params]
     counts: list[int]
@@ -333,7 +333,7 @@ def test_memoized_coalitions_are_not_evaluated_again(
 
     monkeypatch.setattr(game, "_evaluate", counting)
     forwards: list[int] = []
-    hooks = [layer.register_forward_hook(lambda *_: forwards.append(1)) for layer in rnd.model]
+    hooks = [layer.register_forward_hook(lambda *_: forwards.append(1)) for layer in rnd.model.children()]
     try:
         members = all_coalitions(rnd.m)
         first = game.utilities(members[:20])
