@@ -1,6 +1,6 @@
 """Flower round time with and without FedSVStrategy, on Flower's deployment engine, in one sitting.
 
-Usage: python benchmarks/bench_flower.py [--nodes 8] [--rounds 4] [--pairs 2] [--busy 0]
+Usage: python benchmarks/bench_flower.py [--nodes 8] [--rounds 4] [--pairs 2] [--busy 0] [--model mlp]
 
 Starts a SuperLink and --nodes SuperNodes on loopback (flwr's own commands, a private FLWR_HOME), then
 runs examples/flower --pairs times each way, alternating: `fedsv=false` (Flower's FedAvg alone) and
@@ -8,9 +8,8 @@ runs examples/flower --pairs times each way, alternating: `fedsv=false` (Flower'
 between the "[ROUND k/N]" lines of `flwr run --stream` (the last round ends at "Strategy execution
 finished"), stamped as each line arrives. Prints the median round time of each way and their ratio,
 the wrapped run's seconds from the end of its last round to the end of its backlog, and where the CPU
-went: every process of the federation (the SuperLink, the SuperNodes and all they started, the
-ServerApp and its valuation process included, read from /proc when they are reaped) per run, and the
-valuation's own wall and CPU seconds per round from the wrapped runs' ledgers. --busy N keeps N
+went: the machine's CPU seconds per run (/proc/stat, less the spinners' own), and the valuation's own
+wall and CPU seconds per round from the wrapped runs' ledgers. --busy N keeps N
 spinning processes at normal priority running throughout (a machine whose cores are busy).
 """
 
@@ -55,13 +54,14 @@ def _wait_for_port(port: int, deadline: float) -> None:
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_seconds(pids: Sequence[int]) -> float:
-    """CPU seconds of these processes and every descendant they have reaped (/proc/PID/stat: utime,
-    stime, cutime, cstime)."""
-    total = 0
-    for pid in pids:
+def _cpu_seconds(spinners: Sequence[int]) -> float:
+    """CPU seconds the whole machine has spent busy (/proc/stat: user, nice, system, irq, softirq,
+    steal), less what the spinning processes spent (their /proc/PID/stat utime and stime)."""
+    busy = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    total = sum(int(busy[i]) for i in (0, 1, 2, 5, 6, 7))
+    for pid in spinners:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += sum(int(f) for f in fields[11:15])
+        total -= int(fields[11]) + int(fields[12])
     return total / TICK
 
 
@@ -78,11 +78,13 @@ def _valuation_seconds(runs: Path) -> tuple[list[float], list[float]]:
     return wall, cpu
 
 
-def _run(home: Path, ledger: Path, rounds: int, nodes: int, fedsv: bool) -> tuple[list[float], float]:
+def _run(
+    home: Path, ledger: Path, rounds: int, nodes: int, fedsv: bool, model: str
+) -> tuple[list[float], float]:
     """(each round's seconds, seconds from the last round's end to the run's end) of one `flwr run`."""
     config = (
         f"num-server-rounds={rounds} min-available-nodes={nodes} fedsv={'true' if fedsv else 'false'} "
-        f"ledger='{ledger}'"
+        f"ledger='{ledger}' model='{model}'"
     )
     command = ["flwr", "run", str(APP), "bench", "--stream", "--run-config", config]
     stamps: list[float] = []
@@ -114,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--busy", type=int, default=0, help="spinning processes kept running throughout")
+    parser.add_argument("--model", default="mlp", choices=("mlp", "cnn"), help="the example app's model")
     args = parser.parse_args(argv)
     if shutil.which("flower-superlink") is None:
         print("flwr is not installed (pip install 'fedsv[flower]')", file=sys.stderr)
@@ -167,12 +170,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         backlog: list[float] = []
         for pair in range(args.pairs):
             for fedsv in (pair % 2 == 1, pair % 2 == 0):  # alternate which way goes first
-                before = _cpu_seconds([s.pid for s in servers])
-                times, tail = _run(work / "home", work / "runs", args.rounds, args.nodes, fedsv)
-                time.sleep(5)  # the ServerApp and its ClientApps reaped, their CPU counted
+                before = _cpu_seconds([s.pid for s in spinners])
+                times, tail = _run(work / "home", work / "runs", args.rounds, args.nodes, fedsv, args.model)
+                time.sleep(5)  # the run's last processes (ServerApp, ClientApps) end within the CPU count
                 name = "FedSVStrategy(FedAvg)" if fedsv else "FedAvg"
                 rounds[name].extend(times)
-                cpu[name].append(_cpu_seconds([s.pid for s in servers]) - before)
+                cpu[name].append(_cpu_seconds([s.pid for s in spinners]) - before)
                 if fedsv:
                     backlog.append(tail)
                 print(
@@ -205,11 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, times in rounds.items()
     ]
     print(
-        f"\nFlower {args.nodes} SuperNodes, deployment engine, examples/flower (the paper's MLP), "
+        f"\nFlower {args.nodes} SuperNodes, deployment engine, examples/flower (model {args.model}), "
         f"{args.rounds} rounds x {args.pairs} runs each; {args.busy} spinning processes beside"
     )
     print_table(
-        ["strategy", "rounds", "median round s", "vs FedAvg", "CPU-s per round (all)", "vs FedAvg"], rows
+        ["strategy", "rounds", "median round s", "vs FedAvg", "machine CPU-s per round", "vs FedAvg"], rows
     )
     wall, valuation_cpu = _valuation_seconds(work / "runs")
     print(

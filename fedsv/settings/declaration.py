@@ -98,8 +98,3 @@ class Setting:
     help: str
     range: Range | None = None
     choices: type[StrEnum] | None = None
-
-    @property
-    def full_help(self) -> str:
-        """The help a flag shows (an enum's flag lists its choices as its metavar)."""
-        return self.help

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any
 
 from fedsv.settings.declaration import Section, Setting
@@ -23,28 +23,24 @@ SCHEMA: dict[str, Setting] = _registry()
 """Every declared setting by name."""
 
 
-def schema() -> dict[str, Setting]:
-    """Every declared setting by name."""
-    return SCHEMA
-
-
 def setting(name: str, *, default: Any = dataclasses.MISSING, why: str = "") -> Any:
     """The dataclass field of setting `name`: its declared default and help.
 
     A class whose users need another default passes it with `why`, which help then shows; a changed
     default without a reason is an error (tests/unit/test_settings_schema.py also looks for them)."""
-    declared = schema()[name]
+    declared = SCHEMA[name]
     value = declared.default if default is dataclasses.MISSING else default
     if value != declared.default and not why:
         raise ValueError(f"setting {name!r}: a default other than {declared.default!r} needs a reason (why=)")
-    help_text = declared.full_help + (f"; here {value!r}: {why}" if why else "")
+    shown = value.value if isinstance(value, Enum) else value
+    help_text = declared.help + (f"; {shown!r} here: {why}" if why else "")
     return dataclasses.field(default=value, metadata={"help": help_text, "setting": name})
 
 
 def setting_list(name: str, *, default: str, only: tuple[StrEnum, ...] = (), note: str = "") -> Any:
     """A field holding a comma list of setting `name`'s choices (`only` these, if given): a study's
     settings to sweep."""
-    declared = schema()[name]
+    declared = SCHEMA[name]
     assert declared.choices is not None, f"{name} has no choices to list"
     allowed = " | ".join(m.value for m in (only or tuple(declared.choices)))
     help_text = f"a comma list of {name}s to run: {allowed}" + (f" ({note})" if note else "")
@@ -67,7 +63,7 @@ def add_setting_argument(parser: argparse.ArgumentParser, name: str, *, required
 
     default = None if required else declared.default
     parser.add_argument(
-        "--" + name.replace("_", "-"), type=parse, required=required, default=default, help=declared.full_help
+        "--" + name.replace("_", "-"), type=parse, required=required, default=default, help=declared.help
     )
 
 
@@ -78,7 +74,7 @@ def check_settings(config: Any) -> None:
         name = field.metadata.get("setting")
         if name is None or field.metadata.get("list"):
             continue
-        declared = schema()[name]
+        declared = SCHEMA[name]
         value = getattr(config, field.name)
         if declared.choices is not None:
             try:
@@ -96,7 +92,6 @@ __all__ = [
     "Setting",
     "add_setting_argument",
     "check_settings",
-    "schema",
     "setting",
     "setting_list",
 ]

@@ -118,7 +118,7 @@ def test_the_scan_finds_a_second_declaration(snippet: str) -> None:
 def test_a_changed_default_needs_a_reason() -> None:
     with pytest.raises(ValueError, match="needs a reason"):
         setting("rounds", default=7)
-    assert "here 7: a study" in setting("rounds", default=7, why="a study").metadata["help"]
+    assert "7 here: a study" in setting("rounds", default=7, why="a study").metadata["help"]
 
 
 def test_every_declared_setting_is_used_and_every_config_field_is_one() -> None:

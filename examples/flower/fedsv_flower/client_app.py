@@ -17,7 +17,7 @@ def _received(msg: Message, context: Context) -> tuple[nn.Module, torch.Tensor, 
     """The global model from the message, and this SuperNode's shard (x, y) and partition id."""
     partition = int(context.node_config["partition-id"])
     partitions = int(context.node_config["num-partitions"])
-    net = task.model()
+    net = task.model(str(context.run_config.get("model", "mlp")))
     net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     x, y = task.shard(partition, partitions)
     return net, x, y, partition

@@ -17,6 +17,7 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     config = context.run_config
     rounds = int(config.get("num-server-rounds", 3))
+    name = str(config.get("model", "mlp"))
     fedavg = FedAvg(
         fraction_train=float(config.get("fraction-train", 1.0)),
         fraction_evaluate=0.5,
@@ -27,10 +28,10 @@ def main(grid: Grid, context: Context) -> None:
         validation = task.splits().validation
         strategy = FedSVStrategy(  # fedsv, line 2: wrap the strategy; everything else stays Flower's
             fedavg,
-            task.model(),
+            task.model(name),
             validation=(validation.x, validation.y),
             valuation=ValuationSpec(method="auto", budget=4096, seed=0),
             ledger=str(config.get("ledger", "runs/flower")),
         )
     # start() returns once every round's values are in the ledger; the wrapper needs no close() after it
-    strategy.start(grid=grid, initial_arrays=ArrayRecord(task.model().state_dict()), num_rounds=rounds)
+    strategy.start(grid=grid, initial_arrays=ArrayRecord(task.model(name).state_dict()), num_rounds=rounds)

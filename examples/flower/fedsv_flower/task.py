@@ -19,10 +19,10 @@ def splits() -> DatasetSplits:
     return load_dataset("embedded", seed=SEED)
 
 
-def model() -> nn.Module:
-    """The paper's MLP with seeded initial weights."""
+def model(name: str = "mlp") -> nn.Module:
+    """The paper's MLP (run-config model="mlp") or MNIST CNN ("cnn"), with seeded initial weights."""
     data = splits().train
-    return build_model("mlp", data.input_shape, data.num_classes, seed=SEED)
+    return build_model(name, data.input_shape, data.num_classes, seed=SEED)
 
 
 def shard(partition: int, partitions: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -52,7 +52,7 @@ _FLIP = {"embedded": 0.3, "cifar10": 0.03}
 class StudyConfig:
     """One study: which settings, how many seeds, and the runs' shape; 0 / "" means the study's default."""
 
-    out: str = setting("out", default="", why="'' puts a study's runs in runs/study-<study>")
+    out: str = setting("out", default="", why="a study's runs go in runs/study-<study>")
     partition: str = setting_list("partition", default="iid,noniid")
     model: str = setting_list("model", default="", only=MODELS, note="'': mlp,cnn; summarize: mlp")
     dataset: Dataset = setting("dataset")
