@@ -272,6 +272,9 @@ def test_rounds_are_valued_by_an_idle_priority_process_and_wait_only_on_a_full_b
             assert worker.wait_for_room(stop) and worker.outstanding_bytes == 0
             pid = worker.process_pid
             assert pid is not None and os.sched_getscheduler(pid) == os.SCHED_IDLE
+            autogroup = Path(f"/proc/{pid}/autogroup")
+            if autogroup.exists():  # a session of its own, its autogroup at nice 19: idle against others
+                assert os.getsid(pid) == pid and autogroup.read_text().strip().endswith("nice 19")
         finally:
             worker.close()
         assert ledger.pending_rounds() == []
