@@ -9,8 +9,9 @@ between the "[ROUND k/N]" lines of `flwr run --stream` (the last round ends at "
 finished"), stamped as each line arrives. Prints the median round time of each way and their ratio,
 the wrapped run's seconds from the end of its last round to the end of its backlog, and where the CPU
 went: the machine's CPU seconds per run (/proc/stat, less the spinners' own), and the valuation's own
-wall and CPU seconds per round from the wrapped runs' ledgers. --busy N keeps N
-spinning processes at normal priority running throughout (a machine whose cores are busy).
+wall and CPU seconds per round from the wrapped runs' ledgers. --busy N keeps N spinning processes at
+normal priority running while Flower's rounds run (a machine whose cores are busy); they stop when the
+last round ends, so that the backlog is valued.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fixtures import load_average, machine, print_table
@@ -54,15 +55,39 @@ def _wait_for_port(port: int, deadline: float) -> None:
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_seconds(spinners: Sequence[int]) -> float:
+def _process_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class Spinners:
+    """N processes spinning at normal priority, started and stopped per run; the CPU they spent."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.spent = count, 0.0
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        self.processes = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)
+        ]
+
+    def stop(self) -> None:
+        for process in self.processes:
+            self.spent += _process_cpu(process.pid)
+            process.kill()
+            process.wait()
+        self.processes = []
+
+    def cpu(self) -> float:
+        return self.spent + sum(_process_cpu(p.pid) for p in self.processes)
+
+
+def _cpu_seconds(spinners: Spinners) -> float:
     """CPU seconds the whole machine has spent busy (/proc/stat: user, nice, system, irq, softirq,
-    steal), less what the spinning processes spent (their /proc/PID/stat utime and stime)."""
+    steal), less what the spinning processes spent."""
     busy = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    total = sum(int(busy[i]) for i in (0, 1, 2, 5, 6, 7))
-    for pid in spinners:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total -= int(fields[11]) + int(fields[12])
-    return total / TICK
+    return sum(int(busy[i]) for i in (0, 1, 2, 5, 6, 7)) / TICK - spinners.cpu()
 
 
 def _valuation_seconds(runs: Path) -> tuple[list[float], list[float]]:
@@ -79,7 +104,13 @@ def _valuation_seconds(runs: Path) -> tuple[list[float], list[float]]:
 
 
 def _run(
-    home: Path, ledger: Path, rounds: int, nodes: int, fedsv: bool, model: str
+    home: Path,
+    ledger: Path,
+    rounds: int,
+    nodes: int,
+    fedsv: bool,
+    model: str,
+    rounds_done: Callable[[], None],
 ) -> tuple[list[float], float]:
     """(each round's seconds, seconds from the last round's end to the run's end) of one `flwr run`."""
     config = (
@@ -103,6 +134,7 @@ def _run(
                 stamps.append(now)
             elif "Strategy execution finished" in line:
                 finished = now
+                rounds_done()
         end = time.monotonic()
     if process.returncode != 0 or len(stamps) != rounds or not finished:
         raise RuntimeError(f"flwr run failed (exit {process.returncode}, {len(stamps)} rounds seen)")
@@ -128,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     federation = f'[superlink.bench]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
     (work / "home" / "config.toml").write_text(f'[superlink]\ndefault = "bench"\n\n{federation}')
     servers: list[subprocess.Popen[bytes]] = []
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    spinners = Spinners(args.busy)
     log = open(work / "servers.log", "wb")  # noqa: SIM115 (closed in finally)
     cpu: dict[str, list[float]] = {"FedAvg": [], "FedSVStrategy(FedAvg)": []}
     try:
@@ -170,12 +202,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         backlog: list[float] = []
         for pair in range(args.pairs):
             for fedsv in (pair % 2 == 1, pair % 2 == 0):  # alternate which way goes first
-                before = _cpu_seconds([s.pid for s in spinners])
-                times, tail = _run(work / "home", work / "runs", args.rounds, args.nodes, fedsv, args.model)
+                before = _cpu_seconds(spinners)
+                spinners.start()
+                times, tail = _run(
+                    work / "home", work / "runs", args.rounds, args.nodes, fedsv, args.model, spinners.stop
+                )
+                spinners.stop()
                 time.sleep(5)  # the run's last processes (ServerApp, ClientApps) end within the CPU count
                 name = "FedSVStrategy(FedAvg)" if fedsv else "FedAvg"
                 rounds[name].extend(times)
-                cpu[name].append(_cpu_seconds([s.pid for s in spinners]) - before)
+                cpu[name].append(_cpu_seconds(spinners) - before)
                 if fedsv:
                     backlog.append(tail)
                 print(
@@ -184,8 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     flush=True,
                 )
     finally:
-        for spinner in spinners:
-            spinner.kill()
+        spinners.stop()
         for server in reversed(servers):
             server.terminate()
         for server in servers:
