@@ -37,7 +37,7 @@ from fedsv.pipeline.valuers import BackgroundValuer, InlineValuer, Valuer
 from fedsv.security.certs import read_tokens
 from fedsv.security.tls import server_credentials
 from fedsv.settings.run import RunConfig
-from fedsv.settings.run_spec import to_run_spec
+from fedsv.settings.run_spec import NO_CORRUPTION, to_run_spec
 from fedsv.valuation.initial_spread import measure
 from fedsv.valuation.round_valuation import GameSettings
 from fedsv.wire.codec import spec_of
@@ -87,8 +87,9 @@ class Coordinator:
             max_participants=server.max_participants,
         )
         self.state.sessions.on_connected = self.metrics.set_connected
+        corruptions = run.corruptions()
         specs = {
-            rank: to_run_spec(run, self.run_id, rank, server.max_chunk_bytes)
+            rank: to_run_spec(run, self.run_id, corruptions.get(rank, NO_CORRUPTION), server.max_chunk_bytes)
             for rank in range(run.participants)
         }
         limits = UpdateLimits(

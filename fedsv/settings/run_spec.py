@@ -54,8 +54,9 @@ CARRIED = (
 """The RunConfig settings a RunSpec carries (tests/unit/test_settings_schema.py round-trips each)."""
 
 
-def to_run_spec(run: RunConfig, run_id: str, rank: int, max_chunk_bytes: int) -> fedsv_pb2.RunSpec:
-    """Rank `rank`'s RunSpec of the run."""
+def to_run_spec(run: RunConfig, run_id: str, corruption: str, max_chunk_bytes: int) -> fedsv_pb2.RunSpec:
+    """The RunSpec of a rank of the run that trains with `corruption` (run.corruptions(), parsed once
+    for every rank; NO_CORRUPTION for most)."""
     return fedsv_pb2.RunSpec(
         run_id=run_id,
         world_size=run.participants,
@@ -69,7 +70,7 @@ def to_run_spec(run: RunConfig, run_id: str, rank: int, max_chunk_bytes: int) ->
         validation_size=run.validation_size,
         validation_from=run.validation_from,
         test_size=run.test_size,
-        corruption=run.corruptions().get(rank, NO_CORRUPTION),
+        corruption=corruption,
         max_chunk_bytes=max_chunk_bytes,
     )
 

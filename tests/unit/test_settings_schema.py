@@ -214,6 +214,6 @@ def test_every_setting_round_trips_through_flags_json_and_the_wire(
     assert getattr(from_json, name) == value
     assert from_json == from_flags
     if cls is RunConfig and name in CARRIED:
-        wire = from_run_spec(to_run_spec(from_flags, "run-x", 0, 1 << 20))
+        wire = from_run_spec(to_run_spec(from_flags, "run-x", "none", 1 << 20))
         assert getattr(wire, name) == value
         assert {n: getattr(wire, n) for n in CARRIED} == {n: getattr(from_flags, n) for n in CARRIED}
