@@ -84,6 +84,7 @@ def _round_entry(
         # the guard's reputation evidence: each update's effect on the round's validation loss
         "effects": {e.participant: {"effect": e.effect, "stderr": e.stderr} for e in effects},
         "method": rec.method,
+        "valuation_choice": rec.valuation_choice,  # why that method, how its target ended ("": not recorded)
         "valuation_seconds": rec.valuation_seconds,
         "utility_evaluations": rec.evaluations,
         "round_seconds": rec.round_seconds,

@@ -112,4 +112,5 @@ def build_round_record(
         valued_at=valued_at,
         max_stderr=max_stderr,
         valuation_cpu_seconds=math.nan if values is None else values.cpu_seconds,
+        valuation_choice="" if values is None else values.choice,
     )

@@ -29,6 +29,7 @@ class ValuationSummary:
     max_stderr: float
     status: RoundStatus = RoundStatus.VALUED
     valuation_cpu_seconds: float = math.nan
+    valuation_choice: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class RoundRecord:
     max_stderr: float = math.nan  # the round's largest FedSV standard error (0 exact); NaN while pending
     refused: dict[str, str] = field(default_factory=dict)  # selected, not aggregated: participant -> why
     valuation_cpu_seconds: float = math.nan  # CPU seconds of the valuing process; NaN: not measured
+    valuation_choice: str = ""  # why the method (auto's reason) and how a target ended; "": not recorded
 
     @property
     def pending(self) -> bool:

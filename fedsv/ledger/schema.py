@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from fedsv.ledger.records import FoldValueRow, RoundRecord, RoundStatus, ValueRow
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """Version 2 added the updates table (each aggregated update's sample count) and the rounds' valued_at
 (when a round's values were committed: valuation may run behind the rounds). Version 3 added the
 rounds' status (pending, valued, not_valued), which older files spell as the method "pending" or
@@ -20,7 +20,9 @@ label value's validation error (class_values.validation). Version 7 added the va
 other initial models (initial_scores: valuation/initial_spread.py). Version 8 added each update's
 effect on its round's validation loss (update_effects: the guard's reputation, fedsv/fl/reputation.py).
 Version 9 added the CPU seconds of each round's valuation (rounds.valuation_cpu_seconds), so that time
-waiting for a CPU shows apart from valuation work; older rounds read as not measured (NULL).
+waiting for a CPU shows apart from valuation work; older rounds read as not measured (NULL). Version 10
+added why each round was valued as it was (rounds.valuation_choice: auto's reason, how a target ended);
+older rounds read as not recorded ('').
 A coordinator migrates an older file when it opens it (MIGRATIONS); a reader reads it as is
 (round_columns)."""
 
@@ -132,6 +134,10 @@ def _to_9(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE rounds ADD COLUMN valuation_cpu_seconds REAL")
 
 
+def _to_10(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE rounds ADD COLUMN valuation_choice TEXT NOT NULL DEFAULT ''")
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _to_2,
     2: _to_3,
@@ -141,6 +147,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     6: _to_7,
     7: _to_8,
     8: _to_9,
+    9: _to_10,
 }
 """version -> the step that brings a file of that version to the next."""
 
@@ -163,6 +170,8 @@ def round_columns(version: int) -> str:
         stand_ins["refused"] = "'{}'"
     if version < 9:
         stand_ins["valuation_cpu_seconds"] = "NULL"
+    if version < 10:
+        stand_ins["valuation_choice"] = "''"
     if version < 3:
         stand_ins["status"] = _STATUS_OF_METHOD
         stand_ins["method"] = "CASE method WHEN 'pending' THEN '' ELSE method END"

@@ -85,6 +85,7 @@ def valuation_summary(values: RoundValues, valued_at: float) -> ValuationSummary
         max_stderr=values.max_stderr,
         status=status_of(values),
         valuation_cpu_seconds=values.cpu_seconds,
+        valuation_choice=values.choice,
     )
 
 

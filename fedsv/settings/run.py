@@ -68,6 +68,7 @@ class RunConfig:
     delta: float = setting("delta")
     valuation_budget: int = setting("valuation_budget")
     valuation_target_stderr: float = setting("valuation_target_stderr")
+    valuation_noise_fraction: float = setting("valuation_noise_fraction")
     valuation_exact_seconds: float = setting("valuation_exact_seconds")
     valuation_max_evaluations: int = setting("valuation_max_evaluations")
     valuation_budget_seconds: float = setting("valuation_budget_seconds")
@@ -215,6 +216,7 @@ class RunConfig:
             budget=self.valuation_budget or None,
             budget_seconds=self.valuation_budget_seconds or None,
             target_stderr=self.valuation_target_stderr or None,  # x the utility range, 1.0
+            noise_fraction=self.valuation_noise_fraction or None,
             max_evaluations=self.valuation_max_evaluations,
             exact_seconds=self.valuation_exact_seconds,
         )

@@ -108,14 +108,23 @@ RUN_SETTINGS: dict[str, Setting] = {
         V,
         DEFAULT_TARGET_STDERR,
         "where auto is not exact, sample until every value's standard error is at most this fraction of "
-        "the utility's range (0 = the eps/delta budget instead)",
+        "the utility's range; with a noise fraction, only where a round has no validation folds (0 and no "
+        "noise fraction = the eps/delta budget instead)",
+        NonNegative(),
+    ),
+    "valuation_noise_fraction": Setting(
+        V,
+        0.5,
+        "where auto is not exact, sample until every value's standard error is at most this fraction of "
+        "its own validation noise (its error against a fresh validation draw grows by sqrt(1 + f^2) at "
+        "most); exact when it is not there by half of the coalitions (0 = the absolute target instead)",
         NonNegative(),
     ),
     "valuation_exact_seconds": Setting(
         V,
-        120.0,
-        "auto is exact when 2^m coalitions take at most this many seconds at the cost per coalition "
-        "measured on the round's own game",
+        10.0,
+        "auto is exact outright when 2^m coalitions take at most this many seconds at the cost per "
+        "coalition measured on the round's own game",
         Positive(),
     ),
     "valuation_max_evaluations": Setting(

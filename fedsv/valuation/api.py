@@ -16,13 +16,16 @@ from fedsv.valuation.methods import REGISTRY, SAMPLING_METHODS
 from fedsv.valuation.permutation import permutation_budget
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.spec import ValuationSpec
-from fedsv.valuation.target import ToTarget
+from fedsv.valuation.target import ToTarget, first_allowance
 
 logger = logging.getLogger(__name__)
 
 AUTO_SAMPLER = "regression"
 """What "auto" samples with when exact does not fit: the most accurate method per evaluation in
 benchmarks/bench_estimators.py (docs/performance.md has the table)."""
+
+DEFAULT_FALLBACK_STDERR = 0.002
+"""A noise target's standard error for a game with no validation folds, where the spec gives none."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,10 @@ class Plan:
         cap, for sampling).
     seconds_per_evaluation: the measured cost of one coalition, when a time budget or a target was given.
     target_stderr: a sampling method runs to this standard error (target.ToTarget); None: to its budget.
+    noise_fraction: with a target, each value is sampled to this fraction of its own validation noise
+        instead (target_stderr where the game has no validation folds).
+    exact_after: with a target, the sampler finishes exact if it has not reached the target by then.
+    reason: why "auto" chose this, in words (logged, and recorded with the round's values).
     """
 
     players: int
@@ -42,6 +49,9 @@ class Plan:
     evaluations: int
     seconds_per_evaluation: float | None = None
     target_stderr: float | None = None
+    noise_fraction: float | None = None
+    exact_after: int | None = None
+    reason: str = ""
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -51,6 +61,7 @@ class Plan:
         """The plan to_dict() wrote; ValueError if it is not one."""
         try:
             seconds, target = data.get("seconds_per_evaluation"), data.get("target_stderr")
+            fraction, after = data.get("noise_fraction"), data.get("exact_after")
             return cls(
                 players=int(data["players"]),  # type: ignore[call-overload]
                 requested=str(data["requested"]),
@@ -58,6 +69,9 @@ class Plan:
                 evaluations=int(data["evaluations"]),  # type: ignore[call-overload]
                 seconds_per_evaluation=None if seconds is None else float(seconds),  # type: ignore[arg-type]
                 target_stderr=None if target is None else float(target),  # type: ignore[arg-type]
+                noise_fraction=None if fraction is None else float(fraction),  # type: ignore[arg-type]
+                exact_after=None if after is None else int(after),  # type: ignore[call-overload]
+                reason=str(data.get("reason", "")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a valuation plan: {data!r:.200}") from exc
@@ -72,7 +86,9 @@ class Plan:
                 budget=None,
                 budget_seconds=None,
                 target_stderr=self.target_stderr,
+                noise_fraction=self.noise_fraction,
                 max_evaluations=self.evaluations,
+                exact_after=self.exact_after,
             )
         budget = self.evaluations if self.method in SAMPLING_METHODS else spec.budget
         return dataclasses.replace(spec, method=self.method, budget=budget, budget_seconds=None)
@@ -106,11 +122,15 @@ def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: floa
     spec = spec or ValuationSpec()
     m = _check_players(m)
     budget = evaluation_budget(m, spec, seconds_per_evaluation)
-    method = spec.method
+    method, reason, exact_after = spec.method, "", spec.exact_after
     if method == "auto":
-        targeted = spec.targeted
-        affordable = exact_affordable(m, spec, seconds_per_evaluation) if targeted else 2**m <= budget
-        method = "exact" if m <= spec.max_exact_players and affordable else AUTO_SAMPLER
+        if spec.targeted and spec.noise_fraction is not None:
+            method, reason, exact_after = auto_to_noise(m, spec, seconds_per_evaluation)
+        else:
+            targeted = spec.targeted
+            affordable = exact_affordable(m, spec, seconds_per_evaluation) if targeted else 2**m <= budget
+            method = "exact" if m <= spec.max_exact_players and affordable else AUTO_SAMPLER
+            reason = f"{method}: {_cost(m, seconds_per_evaluation)}"
     if spec.targeted and REGISTRY[method].sampling:
         return Plan(
             m,
@@ -118,10 +138,45 @@ def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: floa
             method,
             min(spec.max_evaluations, 2**m),
             seconds_per_evaluation,
-            spec.target_stderr,
+            spec.target_stderr if spec.target_stderr is not None else DEFAULT_FALLBACK_STDERR,
+            spec.noise_fraction,
+            exact_after if m <= spec.max_exact_players else None,
+            reason,
         )
     evaluations = REGISTRY[method].planned_evaluations(m, budget, spec.settings())
-    return Plan(m, spec.method, method, evaluations, seconds_per_evaluation)
+    return Plan(m, spec.method, method, evaluations, seconds_per_evaluation, reason=reason)
+
+
+def _cost(m: int, seconds_per_evaluation: float | None) -> str:
+    if seconds_per_evaluation is None:
+        return f"2^{m} coalitions, cost not measured"
+    total = 2**m * seconds_per_evaluation
+    return f"2^{m} coalitions would take {total:.3g} s at {seconds_per_evaluation:.3g} s each"
+
+
+def auto_to_noise(
+    m: int, spec: ValuationSpec, seconds_per_evaluation: float | None
+) -> tuple[str, str, int | None]:
+    """ "auto" under a noise target: (method, reason, exact_after).
+
+    Exact outright where sampling cannot save (2^m is within the sampler's first attempt) or where all
+    2^m coalitions take at most spec.exact_seconds at the measured cost. Otherwise the sampler runs to
+    the values' noise and, where exact is allowed (m <= max_exact_players, 2^m <= max_evaluations),
+    finishes exact if it has not got there by half of the coalitions: a round then costs at most what
+    exact values cost, since the coalitions it sampled are not evaluated again.
+    """
+    cost = _cost(m, seconds_per_evaluation)
+    allowed = m <= spec.max_exact_players and 2**m <= spec.max_evaluations
+    if allowed and 2**m <= first_allowance(m):
+        return "exact", f"exact: 2^{m} coalitions are within a sampler's first attempt", None
+    if allowed and seconds_per_evaluation is not None and 2**m * seconds_per_evaluation <= spec.exact_seconds:
+        return "exact", f"exact: {cost}, within exact_seconds {spec.exact_seconds:g}", None
+    fraction = f"{spec.noise_fraction:g} of each value's validation noise"
+    if allowed:
+        after = 2 ** (m - 1)
+        return AUTO_SAMPLER, f"{AUTO_SAMPLER} to {fraction} ({cost}); exact if not there by {after}", after
+    why = "more players than max_exact_players" if m > spec.max_exact_players else "over max_evaluations"
+    return AUTO_SAMPLER, f"{AUTO_SAMPLER} to {fraction} (2^{m} coalitions: {why})", None
 
 
 def exact_affordable(m: int, spec: ValuationSpec, seconds_per_evaluation: float | None) -> bool:
@@ -159,7 +214,8 @@ def plan_game(game: Game, spec: ValuationSpec) -> Plan:
     and the time the measuring took (the game's set-up included) comes off the time budget; with an
     accuracy target and "auto" it is measured to decide whether exact enumeration is affordable."""
     if spec.budget_seconds is None:
-        measure = spec.targeted and spec.method == "auto" and game.m <= spec.max_exact_players
+        small = 2**game.m <= first_allowance(game.m)
+        measure = spec.targeted and spec.method == "auto" and game.m <= spec.max_exact_players and not small
         result = plan(game.m, spec, measure_cost(game) if measure else None)
     else:
         started = time.perf_counter()
@@ -176,7 +232,14 @@ def make_estimator(chosen: Plan, spec: ValuationSpec) -> Estimator:
     sampler = REGISTRY[chosen.method]
     if chosen.target_stderr is not None:  # each attempt's budget is a hard one
         settings = dataclasses.replace(spec.settings(), capped=True)
-        return ToTarget(sampler, settings, chosen.target_stderr, chosen.evaluations)
+        return ToTarget(
+            sampler,
+            settings,
+            chosen.target_stderr,
+            chosen.evaluations,
+            chosen.noise_fraction,
+            chosen.exact_after,
+        )
     return sampler.configured(chosen.evaluations, spec.settings())
 
 

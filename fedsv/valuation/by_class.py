@@ -72,7 +72,7 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
     store = game.cell_scores()
     if store is None or chosen.method in NOT_LINEAR:
         return SplitValues(None, None)
-    table = store.table() if chosen.method == "exact" else None
+    table = store.table() if result.method == "exact" else None  # planned exact, or a sampler finished exact
     if table is not None:
         return _exact_split(store, table)
     labels = [_replay(CellGame(store, store.label(c)), chosen, spec, result) for c in range(store.classes)]

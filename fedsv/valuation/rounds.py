@@ -15,6 +15,7 @@ from fedsv.valuation.api import Plan, make_estimator, plan_game
 from fedsv.valuation.by_class import ClassValues, FoldValues, split_values
 from fedsv.valuation.game import Game
 from fedsv.valuation.loo import LeaveOneOut
+from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.spec import ValuationSpec
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class RoundValues:
     computed_by: str = ""  # how the round's game computed its coalitions (Game.computed_by)
     cpu_seconds: float = math.nan  # CPU time of the valuing process (all its threads) over `seconds`;
     # seconds - cpu_seconds / threads is time spent waiting for a CPU. NaN: not measured
+    choice: str = ""  # why this method ("auto"'s reason) and how a target ended; "": not recorded
 
     def __post_init__(self) -> None:
         self.fedsv = np.asarray(self.fedsv, dtype=np.float64)
@@ -108,6 +110,19 @@ def normalized(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return values / norm if norm > 0 else np.zeros_like(values)
 
 
+def choice_of(chosen: Plan, result: ValuationResult) -> str:
+    """The plan's reason and, for a run to a target, how it ended."""
+    target = result.extra.get("target")
+    if target is None:
+        return chosen.reason
+    if target["finished_exact"]:
+        ended = f"not there after {target['attempts']} attempts: finished exact"
+    else:
+        how = "reached" if target["reached"] else "stopped at its cap"
+        ended = f"{how} after {target['evaluations']} evaluations"
+    return f"{chosen.reason}; {ended}" if chosen.reason else ended
+
+
 def value_round(
     game: Game,
     participant_ids: Sequence[str],
@@ -148,12 +163,14 @@ def value_round(
         computed_by=game.computed_by,
         classes=split.classes,
         folds=split.folds,
+        choice=choice_of(chosen, result),
     )
     logger.info(
-        "round %d: %s over %d participants, %d evaluations, %.3fs, largest stderr %.2g, residual %.2e",
+        "round %d: %s over %d participants (%s), %d evaluations, %.3fs, largest stderr %.2g, residual %.2e",
         rv.round,
         rv.method,
         game.m,
+        rv.choice,
         rv.evaluations,
         seconds,
         rv.max_stderr,

@@ -41,10 +41,18 @@ class ValuationSpec:
         max U - min U <= utility_range. That guarantee is proved for "permutation" and
         "group_testing" only; docs/valuation.md gives the coverage measured for the others.
     target_stderr: an accuracy target instead of a budget (absolute, in the utility's units): a
-        sampling method runs with doubling budgets until every value's standard error is at most this
+        sampling method runs with growing budgets until every value's standard error is at most this
         (target.ToTarget), within `max_evaluations`; "auto" is exact whenever 2^m evaluations take at
         most `exact_seconds` at the cost per coalition measured on the game, else samples to the
         target. An explicit `budget` or `budget_seconds` takes precedence.
+    noise_fraction: an accuracy target relative to the values' own noise: each value is sampled until
+        its standard error is at most this fraction of its validation noise (noise_target.py;
+        target_stderr, or 0.002, where the game has no validation folds). "auto" is then exact only
+        where all coalitions take at most `exact_seconds` (or fit a sampler's first attempt); else it
+        samples, finishing exact if the sampler is not there by half of the 2^m coalitions
+        (api.auto_to_noise).
+    exact_after: with a target, a sampler that has not reached it after this many evaluations finishes
+        exact (what "auto" plans under a noise target; a replayed plan carries it).
     seed: seeds the sampling methods and "random".
     max_exact_players: the largest game "exact" enumerates (and "auto" considers exact for).
     """
@@ -58,6 +66,8 @@ class ValuationSpec:
     budget: int | None = None
     budget_seconds: float | None = None
     target_stderr: float | None = None
+    noise_fraction: float | None = None
+    exact_after: int | None = None
     max_evaluations: int = 100_000
     exact_seconds: float = 120.0
 
@@ -66,7 +76,8 @@ class ValuationSpec:
         check_accuracy(self.eps, self.delta, self.utility_range)
         check_budget(self.budget)
         check_budget(self.max_evaluations, "max_evaluations")
-        for name in ("budget_seconds", "target_stderr", "exact_seconds"):
+        check_budget(self.exact_after, "exact_after")
+        for name in ("budget_seconds", "target_stderr", "noise_fraction", "exact_seconds"):
             value = getattr(self, name)
             if value is not None and not _positive(value):
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
@@ -78,8 +89,10 @@ class ValuationSpec:
 
     @property
     def targeted(self) -> bool:
-        """Sampling runs to target_stderr (no explicit budget or time budget takes precedence)."""
-        return self.target_stderr is not None and self.budget is None and self.budget_seconds is None
+        """Sampling runs to a target, target_stderr or noise_fraction (no explicit budget or time budget
+        takes precedence)."""
+        target = self.target_stderr is not None or self.noise_fraction is not None
+        return target and self.budget is None and self.budget_seconds is None
 
     def settings(self) -> Settings:
         """What a planned estimator is configured with (its evaluations come from the plan)."""

@@ -7,8 +7,9 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
+from fedsv.valuation.class_scores import ClassScores, fold_split
 from fedsv.valuation.exact import all_coalitions
-from fedsv.valuation.game import BoolMatrix, FloatArray, Game
+from fedsv.valuation.game import BoolMatrix, FloatArray, Game, bitmasks
 
 Utility = Callable[[frozenset[int]], float]
 ClosedForm = tuple[Utility, int, npt.NDArray[np.float64]]
@@ -109,3 +110,31 @@ def scaled_into(table: FloatArray, r: float) -> FloatArray:
 def random_table(m: int, rng: np.random.Generator, r: float = 1.0) -> FloatArray:
     """Uniform random utilities in [0, r] for all 2^m coalitions."""
     return rng.uniform(0.0, r, size=2**m)
+
+
+class SampleMaxGame(Game):
+    """A game that is a mean over validation samples, split into folds as a round game is: sample s
+    scores max_{i in S} c[i, s] (0 for the empty set), so each sample's game is an airport game with
+    closed-form values and the value is their mean (`values`); `validation_noise` is the standard error of
+    that mean over samples, what a fresh draw of the samples would move each value by."""
+
+    def __init__(self, costs: FloatArray, folds: int = 8) -> None:
+        self.costs = np.asarray(costs, dtype=np.float64)
+        m, n = self.costs.shape
+        super().__init__(m)
+        self.fold, shares = fold_split(n, folds)
+        self.store = ClassScores(m, 1, shares)
+        per_sample = np.stack([-airport(list(self.costs[:, s]))[2] for s in range(n)], axis=1)
+        self.values = per_sample.mean(axis=1)
+        self.validation_noise = per_sample.std(axis=1, ddof=1) / np.sqrt(n)
+
+    def cell_scores(self) -> ClassScores:
+        return self.store
+
+    def _evaluate(self, members: BoolMatrix) -> FloatArray:
+        members = np.asarray(members, dtype=bool)
+        scores = np.where(members[:, :, None], self.costs[None, :, :], 0.0).max(axis=1)  # (B, n)
+        n = self.costs.shape[1]
+        cells = np.stack([scores[:, self.fold == f].sum(axis=1) / n for f in range(self.store.folds)], axis=1)
+        self.store.add(bitmasks(members), cells)
+        return np.asarray(cells.sum(axis=1), dtype=np.float64)

@@ -255,9 +255,27 @@ def test_a_schema_8_ledger_reads_cpu_seconds_as_not_measured_and_migrates(tmp_pa
         assert [r.valuation_cpu_seconds for r in ledger.rounds()][1] == 1.5
 
 
+def test_a_schema_9_ledger_reads_the_valuation_choice_as_not_recorded_and_migrates(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        commit(ledger, 1)
+    _downgrade(path, 9)
+    with Ledger(path, read_only=True) as reader:
+        assert reader.rounds()[0].valuation_choice == "" and reader.integrity_ok()
+    with Ledger(path) as ledger:
+        why = "regression to 0.5 of each value's validation noise; reached after 300 evaluations"
+        record = dataclasses.replace(make_record(2), valuation_choice=why)
+        values, traffic = make_rows(record)
+        ledger.commit_round(record, values, traffic, Checkpoint(2, b"p", "{}"))
+        assert [r.valuation_choice for r in ledger.rounds()] == ["", why]
+
+
 def _downgrade(path: Path, version: int) -> None:
     """Make a current ledger look like what a coordinator of schema `version` left."""
     with sqlite3.connect(path) as conn:
+        if version < 10:  # no valuation choice
+            conn.execute("ALTER TABLE rounds DROP COLUMN valuation_choice")
         if version < 9:  # no valuation CPU seconds
             conn.execute("ALTER TABLE rounds DROP COLUMN valuation_cpu_seconds")
         if version < 8:  # no update effects

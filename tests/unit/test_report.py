@@ -39,8 +39,8 @@ ROUNDS = {
 # fmt: off
 ROUND_KEYS = {
     "round", "selected", "received", "stragglers", "utility_before", "utility_after", "test_accuracy",
-    "values", "loo", "method", "valuation_seconds", "utility_evaluations", "bytes_up", "bytes_down",
-    "messages_up", "messages_down", "physical_minimum_bytes", "bytes_ratio_to_minimum",
+    "values", "loo", "method", "valuation_choice", "valuation_seconds", "utility_evaluations", "bytes_up",
+    "bytes_down", "messages_up", "messages_down", "physical_minimum_bytes", "bytes_ratio_to_minimum",
     "group_rationality_residual",
 }
 # fmt: on

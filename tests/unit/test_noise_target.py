@@ -1,0 +1,116 @@
+"""Sampling to a fraction of each value's own validation noise, and "auto" choosing by measured cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsv.valuation import ValuationSpec, plan
+from fedsv.valuation.api import make_estimator, plan_game
+from fedsv.valuation.estimator import Settings
+from fedsv.valuation.exact import ExactShapley
+from fedsv.valuation.methods import REGISTRY
+from fedsv.valuation.noise_target import NOISE_FLOOR, thresholds
+from fedsv.valuation.rounds import value_round
+from fedsv.valuation.target import ToTarget, first_allowance
+from tests.support.games import SampleMaxGame, TableGame, airport, table_of
+
+M, SAMPLES = 12, 400
+
+
+def costs(seed: int, m: int = M, samples: int = SAMPLES) -> np.ndarray:
+    """Per player and sample a score in [0, 1): players differ in their mean (some near useless)."""
+    rng = np.random.default_rng(seed)
+    level = np.linspace(0.05, 0.6, m)[:, None]
+    return np.clip(level + 0.35 * rng.random((m, samples)), 0.0, 1.0)
+
+
+def to_noise(fraction: float, seed: int, exact_after: int | None = None) -> ToTarget:
+    settings = Settings(seed=seed, capped=True)
+    return ToTarget(REGISTRY["regression"], settings, 0.002, 2**M, fraction, exact_after)
+
+
+def test_a_sampler_stops_at_its_fraction_of_each_values_noise_and_is_within_its_error() -> None:
+    game = SampleMaxGame(costs(0))
+    result = to_noise(0.5, seed=1).run(game)
+    target = result.extra["target"]
+    assert result.method == "regression" and target["reached"] and not target["finished_exact"]
+    assert result.evaluations < 2**M  # it stopped short of enumerating
+    limits, stderr = np.asarray(target["thresholds"]), np.asarray(result.stderr)
+    assert np.all(stderr <= limits)
+    # the thresholds are half the measured noise, which is the closed-form noise (floored alike) to
+    # within the error of an 8-fold estimate (a standard error from 7 degrees of freedom: a factor of 2)
+    noise = game.validation_noise
+    ratio = (limits / 0.5) / np.maximum(noise, NOISE_FLOOR * np.median(noise))
+    assert np.all((ratio > 0.4) & (ratio < 2.0)), ratio
+    assert np.max(np.abs(result.values - game.values) / stderr) <= 4.5
+
+
+def test_the_noise_target_is_unbiased_over_seeds() -> None:
+    """The mean over seeds of the sampled values lies within its standard error of the closed form."""
+    m, seeds = 10, 16
+    game_costs = costs(3, m=m, samples=40)  # a small validation set: noisy values, sampling stops early
+    settings = [Settings(seed=s, capped=True) for s in range(seeds)]
+    runs = [
+        ToTarget(REGISTRY["regression"], st, 0.002, 2**m, 1.0).run(SampleMaxGame(game_costs))
+        for st in settings
+    ]
+    assert all(r.method == "regression" and r.evaluations < 2**m for r in runs)
+    values = np.stack([r.values for r in runs])
+    stderr = np.stack([np.asarray(r.stderr) for r in runs])
+    stated = np.sqrt(np.mean(np.square(stderr), axis=0)) / np.sqrt(seeds)
+    truth = SampleMaxGame(game_costs).values
+    assert np.all(np.abs(values.mean(axis=0) - truth) <= 4 * stated + 1e-9)
+
+
+def test_a_sampler_not_there_by_exact_after_finishes_exact_at_no_extra_evaluation() -> None:
+    game = SampleMaxGame(costs(1))
+    result = to_noise(1e-6, seed=0, exact_after=2 ** (M - 1)).run(game)
+    assert result.method == "exact" and result.extra["target"]["finished_exact"]
+    assert result.evaluations == 2**M  # the sampled coalitions were not evaluated again
+    np.testing.assert_allclose(result.values, game.values, atol=1e-12)
+
+
+def test_a_game_without_validation_folds_samples_to_the_absolute_target() -> None:
+    table = table_of(airport([0.05 * (i + 1) for i in range(M)])[0], M)
+    result = to_noise(0.5, seed=0).run(TableGame(table))
+    assert result.extra["target"]["thresholds"] == 0.002 and np.all(np.asarray(result.stderr) <= 0.002)
+
+
+def test_thresholds_floor_a_noiseless_value_and_fall_back_without_noise() -> None:
+    np.testing.assert_allclose(thresholds(np.array([0.0, 0.01, 0.02]), 0.5, 0.002), [0.00125, 0.005, 0.01])
+    np.testing.assert_array_equal(thresholds(np.zeros(3), 0.5, 0.002), [0.002] * 3)
+
+
+def test_auto_under_a_noise_target_chooses_by_measured_cost_and_says_why() -> None:
+    spec = ValuationSpec(noise_fraction=0.5, exact_seconds=10.0)
+    small = plan(6, spec)  # 64 coalitions: within a sampler's first attempt
+    assert small.method == "exact" and first_allowance(6) >= 2**6 and "first attempt" in small.reason
+    cheap = plan(12, spec, seconds_per_evaluation=1e-3)  # 4 s: exact outright
+    assert cheap.method == "exact" and "within exact_seconds" in cheap.reason
+    dear = plan(12, spec, seconds_per_evaluation=0.03)  # 123 s: sample, exact after half
+    assert dear.method == "regression" and dear.exact_after == 2**11 and dear.noise_fraction == 0.5
+    assert "exact if not there by 2048" in dear.reason
+    big = plan(21, spec, seconds_per_evaluation=1e-3)
+    assert big.method == "regression" and big.exact_after is None and "max_exact_players" in big.reason
+
+
+@pytest.mark.parametrize("fraction", [0.5, 1e-6])
+def test_a_noise_plan_replayed_gives_the_same_values_and_a_round_records_its_choice(fraction: float) -> None:
+    game_costs = costs(5, samples=40)  # noisy values: the sampler gets there at 0.5
+    spec = ValuationSpec(noise_fraction=fraction, exact_seconds=1e-9, seed=4)
+    first_game = SampleMaxGame(game_costs)
+    chosen = plan_game(first_game, spec)
+    assert chosen.method == "regression" and chosen.exact_after == 2 ** (M - 1)
+    first = make_estimator(chosen, spec).run(first_game)
+    again = make_estimator(chosen, chosen.replay(ValuationSpec(seed=4))).run(SampleMaxGame(game_costs))
+    np.testing.assert_array_equal(first.values, again.values)
+    rv = value_round(SampleMaxGame(game_costs), [f"p{i}" for i in range(M)], 1, spec)
+    np.testing.assert_array_equal(rv.fedsv, first.values)
+    ended = "finished exact" if fraction < 1e-3 else "reached after"
+    assert "of each value's validation noise" in rv.choice and ended in rv.choice
+    assert rv.folds is not None and rv.folds.fedsv.sum(axis=1) == pytest.approx(rv.fedsv, abs=1e-9)
+    if fraction < 1e-3:
+        assert rv.method == "exact" and np.allclose(
+            rv.fedsv, ExactShapley().run(SampleMaxGame(game_costs)).values
+        )
