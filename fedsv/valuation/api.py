@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from fedsv.valuation.border import border_rows
 from fedsv.valuation.budget import minimum_budget
 from fedsv.valuation.estimator import Estimator
@@ -51,7 +53,7 @@ class Plan:
     target_stderr: float | None = None
     noise_fraction: float | None = None
     exact_after: int | None = None
-    reason: str = ""
+    reason: str = dataclasses.field(default="", compare=False)  # words: two plans that act alike are equal
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -127,10 +129,7 @@ def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: floa
         if spec.targeted and spec.noise_fraction is not None:
             method, reason, exact_after = auto_to_noise(m, spec, seconds_per_evaluation)
         else:
-            targeted = spec.targeted
-            affordable = exact_affordable(m, spec, seconds_per_evaluation) if targeted else 2**m <= budget
-            method = "exact" if m <= spec.max_exact_players and affordable else AUTO_SAMPLER
-            reason = f"{method}: {_cost(m, seconds_per_evaluation)}"
+            method, reason = auto_by_budget(m, spec, budget, seconds_per_evaluation)
     if spec.targeted and REGISTRY[method].sampling:
         return Plan(
             m,
@@ -152,6 +151,19 @@ def _cost(m: int, seconds_per_evaluation: float | None) -> str:
         return f"2^{m} coalitions, cost not measured"
     total = 2**m * seconds_per_evaluation
     return f"2^{m} coalitions would take {total:.3g} s at {seconds_per_evaluation:.3g} s each"
+
+
+def auto_by_budget(m: int, spec: ValuationSpec, budget: int, seconds: float | None) -> tuple[str, str]:
+    """ "auto" without a noise target: (method, reason). Exact where m <= max_exact_players and 2^m
+    coalitions fit: the budget, or with an absolute target exact_affordable(); else AUTO_SAMPLER."""
+    affordable = exact_affordable(m, spec, seconds) if spec.targeted else 2**m <= budget
+    method = "exact" if m <= spec.max_exact_players and affordable else AUTO_SAMPLER
+    if m > spec.max_exact_players:
+        return method, f"{method}: {m} players, over max_exact_players {spec.max_exact_players}"
+    if spec.targeted:
+        limit = f"exact_seconds {spec.exact_seconds:g}, max_evaluations {spec.max_evaluations}"
+        return method, f"{method}: {_cost(m, seconds)} (exact within {limit})"
+    return method, f"{method}: 2^{m} coalitions {'within' if affordable else 'over'} the budget of {budget}"
 
 
 def auto_to_noise(
@@ -188,22 +200,30 @@ def exact_affordable(m: int, spec: ValuationSpec, seconds_per_evaluation: float 
     return 2**m * seconds_per_evaluation <= spec.exact_seconds
 
 
-def measure_cost(game: Game) -> float:
+def measure_cost(game: Game, busy_proof: bool = False) -> float:
     """Seconds per additional coalition of `game`, after its one-off set-up (game.prepare()).
 
     Two timed evaluations outside the game's cache (so the distinct evaluations and the estimator's
     draws are those of a run without a time budget): U(empty) alone, then the 2m + 2 border
     coalitions in one batch; their difference over 2m + 1 coalitions is the marginal cost, free of
     the per-call overhead that batches of hundreds amortise.
+
+    busy_proof: for a game that computes on the CPU, this process's CPU time over its torch threads
+    instead of the wall clock, so that other work on the machine does not inflate the cost ("auto"'s
+    choice; a time budget is wall time and measures the wall clock).
     """
     game.prepare()
     rows = border_rows(game.m, sorted({0, 1, game.m - 1, game.m}))
-    start = time.perf_counter()
+    threads = max(torch.get_num_threads(), 1)
+    clock = (
+        (lambda: time.process_time() / threads) if busy_proof and game.computes_on_cpu else time.perf_counter
+    )
+    start = clock()
     game.evaluate_uncached(rows[:1])
-    single = time.perf_counter() - start
-    start = time.perf_counter()
+    single = clock() - start
+    start = clock()
     game.evaluate_uncached(rows)
-    batch = time.perf_counter() - start
+    batch = clock() - start
     if rows.shape[0] > 1 and batch > single:
         return (batch - single) / (rows.shape[0] - 1)
     return batch / rows.shape[0]
@@ -216,7 +236,7 @@ def plan_game(game: Game, spec: ValuationSpec) -> Plan:
     if spec.budget_seconds is None:
         small = 2**game.m <= first_allowance(game.m)
         measure = spec.targeted and spec.method == "auto" and game.m <= spec.max_exact_players and not small
-        result = plan(game.m, spec, measure_cost(game) if measure else None)
+        result = plan(game.m, spec, measure_cost(game, busy_proof=True) if measure else None)
     else:
         started = time.perf_counter()
         cost = measure_cost(game)

@@ -80,6 +80,9 @@ class Game:
     computed_by: str = ""
     """How the game computes its coalitions, for people ("" where there is nothing to say)."""
 
+    computes_on_cpu: bool = True
+    """Its work runs on this process's CPU threads, so their CPU time measures it (api.measure_cost)."""
+
     def __init__(self, m: int) -> None:
         if int(m) < 1:
             raise ValueError(f"a game needs at least one player, got m={m}")

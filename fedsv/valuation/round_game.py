@@ -154,6 +154,7 @@ class RoundGame(Game):
         self.executor, reason = plan_executor(mode, self.inputs, self.compute, self.memory, fused)
         self.mode = self.executor.mode
         self.computed_by = f"mode {self.mode!r} on {self.device} ({self.precision}): {reason}"
+        self.computes_on_cpu = self.device.type == "cpu"
         _tell(model, f"RoundGame {self.computed_by}")
 
     def prepare(self) -> None:

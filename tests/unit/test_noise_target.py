@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 from fedsv.valuation import ValuationSpec, plan
-from fedsv.valuation.api import make_estimator, plan_game
+from fedsv.valuation.api import make_estimator, measure_cost, plan_game
 from fedsv.valuation.estimator import Settings
 from fedsv.valuation.exact import ExactShapley
 from fedsv.valuation.methods import REGISTRY
@@ -114,3 +116,19 @@ def test_a_noise_plan_replayed_gives_the_same_values_and_a_round_records_its_cho
         assert rv.method == "exact" and np.allclose(
             rv.fedsv, ExactShapley().run(SampleMaxGame(game_costs)).values
         )
+
+
+class WaitingGame(TableGame):
+    """A table game that waits 1 ms per coalition without using the CPU: a busy machine's delay."""
+
+    def _evaluate(self, members: np.ndarray) -> np.ndarray:
+        time.sleep(1e-3 * len(members))
+        return super()._evaluate(members)
+
+
+def test_autos_cost_is_cpu_time_so_a_busy_machine_does_not_flip_its_choice() -> None:
+    game = WaitingGame(table_of(airport([0.05 * (i + 1) for i in range(M)])[0], M))
+    assert measure_cost(game) >= 1e-3  # the wall clock sees the wait (a time budget is wall time)
+    assert measure_cost(game, busy_proof=True) < 5e-4  # the process's CPU time does not
+    chosen = plan_game(game, ValuationSpec(noise_fraction=0.5, exact_seconds=2.0))
+    assert chosen.method == "exact"  # 2^12 x 1 ms of waiting would have made it sample
