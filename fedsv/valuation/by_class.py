@@ -21,7 +21,7 @@ import numpy as np
 
 from fedsv.valuation.api import Plan, make_estimator
 from fedsv.valuation.class_scores import CellGame, ClassScores
-from fedsv.valuation.exact import shapley_from_dense
+from fedsv.valuation.exact import ExactShapley, shapley_from_dense
 from fedsv.valuation.game import FloatArray, Game
 from fedsv.valuation.loo import LeaveOneOut
 from fedsv.valuation.methods import REGISTRY
@@ -105,8 +105,11 @@ def _exact_split(store: ClassScores, table: FloatArray) -> SplitValues:
 
 
 def _replay(part: Game, chosen: Plan, spec: ValuationSpec, result: ValuationResult) -> ValuationResult:
-    """The estimator of `result` on one cell's game: a run to a target is replayed attempt by attempt."""
+    """The estimator of `result` on one cell's game: a run to a target is replayed attempt by attempt,
+    one that finished exact is exact on the cell too (where the store is too large for a table)."""
     target = result.extra.get("target")
+    if result.method == "exact":
+        return ExactShapley(max(part.m, spec.max_exact_players)).run(part)
     if target is None:
         return make_estimator(chosen, spec).run(part)
     sampler, settings = REGISTRY[chosen.method], dataclasses.replace(spec.settings(), capped=True)

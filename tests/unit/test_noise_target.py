@@ -133,3 +133,14 @@ def test_autos_cost_is_cpu_time_so_a_busy_machine_does_not_flip_its_choice() -> 
     assert cpu < wall / 4, (cpu, wall)  # the process's CPU time does not (other threads' work aside)
     chosen = plan_game(game, ValuationSpec(noise_fraction=0.5, exact_seconds=5.0))
     assert chosen.method == "exact", chosen  # 2^12 x 5 ms of waiting would have made it sample
+
+
+def test_a_round_finished_exact_splits_exactly_where_its_store_keeps_no_table() -> None:
+    """A round finished exact is split by replaying exact on each fold, not the sampler's attempts."""
+    game = SampleMaxGame(costs(2))
+    game.store._dense = None  # what a store too large for a dense table keeps: a dict per coalition
+    spec = ValuationSpec(noise_fraction=1e-6, exact_seconds=1e-9, seed=1)
+    rv = value_round(game, [f"p{i}" for i in range(M)], 1, spec)
+    assert rv.method == "exact" and rv.folds is not None
+    np.testing.assert_allclose(rv.folds.fedsv.sum(axis=1), rv.fedsv, atol=1e-12)
+    np.testing.assert_allclose(rv.fedsv, game.values, atol=1e-12)
