@@ -240,35 +240,36 @@ def test_a_schema_7_ledger_reads_no_effects_and_migrates(tmp_path: Path) -> None
         assert ledger.effects() == [effect]
 
 
-def test_a_schema_8_ledger_reads_cpu_seconds_as_not_measured_and_migrates(tmp_path: Path) -> None:
+NOT_RECORDED_BEFORE: dict[
+    int, tuple[str, Any]
+] = {  # the rounds' columns a schema version added: how an older round reads them
+    8: ("valuation_cpu_seconds", 1.5),  # NaN: not measured
+    9: (
+        "valuation_choice",
+        "regression to 0.5 of each value's validation noise; reached after 300 evaluations",
+    ),
+}
+
+
+@pytest.mark.parametrize("version", sorted(NOT_RECORDED_BEFORE))
+def test_a_ledger_from_before_a_rounds_column_reads_it_as_not_recorded_and_migrates(
+    tmp_path: Path, version: int
+) -> None:
+    field, recorded = NOT_RECORDED_BEFORE[version]
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
         ledger.ensure_run("run-1", CONFIG)
         commit(ledger, 1)
-    _downgrade(path, 8)
+    _downgrade(path, version)
     with Ledger(path, read_only=True) as reader:
-        assert math.isnan(reader.rounds()[0].valuation_cpu_seconds) and reader.integrity_ok()
+        older = getattr(reader.rounds()[0], field)
+        assert (older == "") if isinstance(recorded, str) else math.isnan(older)
+        assert reader.integrity_ok()
     with Ledger(path) as ledger:
-        record = dataclasses.replace(make_record(2), valuation_cpu_seconds=1.5)
+        record = dataclasses.replace(make_record(2), **{field: recorded})
         values, traffic = make_rows(record)
         ledger.commit_round(record, values, traffic, Checkpoint(2, b"p", "{}"))
-        assert [r.valuation_cpu_seconds for r in ledger.rounds()][1] == 1.5
-
-
-def test_a_schema_9_ledger_reads_the_valuation_choice_as_not_recorded_and_migrates(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.sqlite"
-    with Ledger(path) as ledger:
-        ledger.ensure_run("run-1", CONFIG)
-        commit(ledger, 1)
-    _downgrade(path, 9)
-    with Ledger(path, read_only=True) as reader:
-        assert reader.rounds()[0].valuation_choice == "" and reader.integrity_ok()
-    with Ledger(path) as ledger:
-        why = "regression to 0.5 of each value's validation noise; reached after 300 evaluations"
-        record = dataclasses.replace(make_record(2), valuation_choice=why)
-        values, traffic = make_rows(record)
-        ledger.commit_round(record, values, traffic, Checkpoint(2, b"p", "{}"))
-        assert [r.valuation_choice for r in ledger.rounds()] == ["", why]
+        assert getattr(ledger.rounds()[1], field) == recorded
 
 
 def _downgrade(path: Path, version: int) -> None:
