@@ -14,8 +14,9 @@ from fedsv.settings.choices import (
     ValuationMethod,
 )
 from fedsv.settings.declaration import Count, NonNegative, Positive, Section, Setting, Share
+from fedsv.valuation.target import FALLBACK_STDERR
 
-DEFAULT_TARGET_STDERR = 0.002
+DEFAULT_TARGET_STDERR = FALLBACK_STDERR
 """The accuracy a sampled value must reach, as a fraction of the utility's range: for accuracy, two
 validation images in a thousand."""
 

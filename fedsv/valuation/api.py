@@ -18,16 +18,13 @@ from fedsv.valuation.methods import REGISTRY, SAMPLING_METHODS
 from fedsv.valuation.permutation import permutation_budget
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.spec import ValuationSpec
-from fedsv.valuation.target import ToTarget, first_allowance
+from fedsv.valuation.target import FALLBACK_STDERR, ToTarget, first_allowance
 
 logger = logging.getLogger(__name__)
 
 AUTO_SAMPLER = "regression"
 """What "auto" samples with when exact does not fit: the most accurate method per evaluation in
 benchmarks/bench_estimators.py (docs/performance.md has the table)."""
-
-DEFAULT_FALLBACK_STDERR = 0.002
-"""A noise target's standard error for a game with no validation folds, where the spec gives none."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +134,7 @@ def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: floa
             method,
             min(spec.max_evaluations, 2**m),
             seconds_per_evaluation,
-            spec.target_stderr if spec.target_stderr is not None else DEFAULT_FALLBACK_STDERR,
+            spec.target_stderr if spec.target_stderr is not None else FALLBACK_STDERR,
             spec.noise_fraction,
             exact_after if m <= spec.max_exact_players else None,
             reason,

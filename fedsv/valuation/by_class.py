@@ -84,9 +84,11 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
     if store.folds == 1:
         return SplitValues(classes, None)
     fold_games = [CellGame(store, store.fold(f)) for f in range(store.folds)]
-    fedsv = np.stack([_replay(g, chosen, spec, result).values for g in fold_games], axis=1)
+    fold_fedsv = (result.extra.get("target") or {}).get("fold_values")  # a noise target replayed them
+    if fold_fedsv is None:
+        fold_fedsv = np.stack([_replay(g, chosen, spec, result).values for g in fold_games], axis=1)
     loo = np.stack([LeaveOneOut().run(g).values for g in fold_games], axis=1)
-    return SplitValues(classes, FoldValues(fedsv, loo, store.shares))
+    return SplitValues(classes, FoldValues(fold_fedsv, loo, store.shares))
 
 
 def _exact_split(store: ClassScores, table: FloatArray) -> SplitValues:

@@ -28,10 +28,15 @@ from fedsv.valuation.budget import minimum_budget
 from fedsv.valuation.estimator import Estimator, Outcome, Settings
 from fedsv.valuation.exact import ExactShapley
 from fedsv.valuation.game import FloatArray, Game
-from fedsv.valuation.noise_target import FoldReplay, thresholds, validation_noise
+from fedsv.valuation.noise_target import FoldReplay, FoldRun, thresholds, validation_noise
 from fedsv.valuation.result import ValuationResult
 
 logger = logging.getLogger(__name__)
+
+FALLBACK_STDERR = 0.002
+"""The standard error a target samples to where nothing else says: two validation images in a thousand
+for an accuracy utility (the run's --valuation-target-stderr default; under a noise target, a game with
+no validation folds)."""
 
 FIRST_BUDGET_PER_PLAYER = 16
 """The first attempt's budget: the border plus this many evaluations per player."""
@@ -88,14 +93,16 @@ class ToTarget(Estimator):
         m, start = game.m, game.evaluations
         cap = min(self.cap, 2**m)
         allowance = min(cap, first_allowance(m))
-        folds = FoldReplay(game, self.sampler, self.settings) if self.noise_fraction is not None else None
-        attempts, allowances = 0, []
+        replay = FoldReplay(game, self.sampler, self.settings) if self.noise_fraction is not None else None
+        folds = replay if replay is not None and replay.available else None
+        attempts, allowances, fold_run = 0, [], None
         while True:
             attempts += 1
             allowances.append(allowance)
             # an attempt may evaluate `allowance` new coalitions; those of earlier attempts are free
             result = self.sampler.configured(allowance, self.settings).run(game)
-            limits = self._limits(folds, allowance, result)
+            fold_run = folds.attempt(allowance) if folds is not None else None  # keeps pace with the game
+            limits = self._limits(fold_run, result)
             spent = game.evaluations - start
             ok = reached(result.stderr, limits)
             if ok or spent >= 2**m or (self.exact_after is not None and spent >= self.exact_after):
@@ -122,6 +129,8 @@ class ToTarget(Estimator):
             "evaluations": spent,
             "cap": self.cap,
             "allowances": allowances,  # each attempt's budget: what a replay needs (by_class)
+            # the sampler's values on each validation fold (m, folds), what by_class would replay for
+            "fold_values": None if fold_run is None or finish_exact else fold_run.values,
         }
         extra = {**result.extra, "target": target}
         return Outcome(
@@ -133,12 +142,10 @@ class ToTarget(Estimator):
             extra,
         )
 
-    def _limits(
-        self, folds: FoldReplay | None, allowance: int, result: ValuationResult
-    ) -> FloatArray | float:
-        """Each value's threshold after this attempt (the fold replay always advances with the game)."""
-        if folds is None or not folds.available or self.noise_fraction is None:
+    def _limits(self, fold_run: FoldRun | None, result: ValuationResult) -> FloatArray | float:
+        """Each value's threshold after this attempt: `target`, or with the attempt's values on the
+        validation folds, its noise fraction of each value's validation noise."""
+        if fold_run is None or self.noise_fraction is None:
             return self.target
         stderr = np.zeros(result.values.shape) if result.stderr is None else result.stderr
-        noise = validation_noise(folds.attempt(allowance), stderr)
-        return thresholds(noise, self.noise_fraction, self.target)
+        return thresholds(validation_noise(fold_run, stderr), self.noise_fraction, self.target)

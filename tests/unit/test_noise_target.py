@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from fedsv.valuation import ValuationSpec, plan
 from fedsv.valuation.api import make_estimator, measure_cost, plan_game
+from fedsv.valuation.by_class import split_values
 from fedsv.valuation.estimator import Settings
 from fedsv.valuation.exact import ExactShapley
 from fedsv.valuation.methods import REGISTRY
@@ -144,3 +146,20 @@ def test_a_round_finished_exact_splits_exactly_where_its_store_keeps_no_table() 
     assert rv.method == "exact" and rv.folds is not None
     np.testing.assert_allclose(rv.folds.fedsv.sum(axis=1), rv.fedsv, atol=1e-12)
     np.testing.assert_allclose(rv.fedsv, game.values, atol=1e-12)
+
+
+def test_a_noise_targets_values_per_fold_are_what_a_replay_on_each_fold_gives() -> None:
+    """split_values takes the folds' values the noise target kept, instead of replaying the sampler."""
+    game_costs = costs(5, samples=40)
+    spec = ValuationSpec(noise_fraction=0.5, exact_seconds=1e-9, seed=4)
+    game = SampleMaxGame(game_costs)
+    chosen = plan_game(game, spec)
+    result = make_estimator(chosen, spec).run(game)
+    assert result.method == "regression" and result.extra["target"]["fold_values"] is not None
+    kept = split_values(game, chosen, spec, result).folds
+    target = {**result.extra["target"], "fold_values": None}
+    replayed = split_values(
+        game, chosen, spec, dataclasses.replace(result, extra={**result.extra, "target": target})
+    ).folds
+    assert kept is not None and replayed is not None
+    np.testing.assert_array_equal(kept.fedsv, replayed.fedsv)
