@@ -14,9 +14,10 @@ from fedsv.settings.choices import (
     ValuationMethod,
 )
 from fedsv.settings.declaration import Count, NonNegative, Positive, Section, Setting, Share
-from fedsv.valuation.target import FALLBACK_STDERR
 
-DEFAULT_TARGET_STDERR = FALLBACK_STDERR
+# the library's own fallback is valuation.target.FALLBACK_STDERR: a participant loads this module and
+# must not load the valuation layer, so the run declares its default here
+DEFAULT_TARGET_STDERR = 0.002
 """The accuracy a sampled value must reach, as a fraction of the utility's range: for accuracy, two
 validation images in a thousand."""
 
