@@ -147,7 +147,7 @@ class FastExecutor(Executor):
         if any(isinstance(layer, nn.Conv2d) for layer in self.split.head.modules()):
             chunk = max(1, min(n, budget // (8 * features * (m + 1))))
             if not cuda:  # one convolution per coalition (stacked_head): big sample chunks, few coalitions
-                return chunk, 4
+                return chunk, 8
             # One grouped convolution per batch: as many coalitions as a working set of activations holds.
             return chunk, max(4, min(MAX_CUDA_BATCH, working_set // (4 * chunk * features)))
         # Matmul heads: keep a batch's activations cache-sized (on CUDA: a working set of device memory).

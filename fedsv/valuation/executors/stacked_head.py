@@ -76,11 +76,45 @@ def _conv2d(h: Tensor, layer: nn.Conv2d, weight: Tensor, bias: Tensor | None) ->
     return torch.stack(outs)
 
 
+def _pairs(value: int | tuple[int, ...]) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[-1]))
+
+
+def max_pool(h: Tensor, layer: nn.MaxPool2d) -> Tensor:
+    """layer's pooling of h (N, C, H, W), equal to F.max_pool2d's. Windows that tile the image (stride
+    equal to the kernel, no padding, dilation or ceil mode) take the elementwise maximum of the k*k
+    strided views: on the CPU 5-10x faster than max_pool2d, which also computes the indices."""
+    kernel = _pairs(layer.kernel_size)
+    stride = _pairs(layer.stride if layer.stride is not None else layer.kernel_size)
+    tiles = (
+        stride == kernel
+        and _pairs(layer.padding) == (0, 0)
+        and _pairs(layer.dilation) == (1, 1)
+        and not layer.ceil_mode
+        and not layer.return_indices
+    )
+    if not tiles:
+        return F.max_pool2d(
+            h, layer.kernel_size, layer.stride, layer.padding, layer.dilation, ceil_mode=layer.ceil_mode
+        )
+    (kh, kw), height, width = kernel, h.shape[-2] // kernel[0], h.shape[-1] // kernel[1]
+    pooled: Tensor | None = None
+    for i in range(kh):
+        for j in range(kw):
+            view = h[..., i : height * kh : kh, j : width * kw : kw]
+            pooled = view if pooled is None else torch.maximum(pooled, view)
+    assert pooled is not None
+    return pooled.contiguous()
+
+
 def run_stacked(head: nn.Sequential, param: ParamFn, h: Tensor, first: int = 0) -> Tensor:
     """Forward h (B, n, *features) through the head's layers from index `first` on, in eval mode,
-    coalition b using param(...)[b]."""
+    coalition b using param(...)[b]. A ReLU just before a max pooling runs after it (the two commute:
+    the same numbers, on a quarter of the activations for 2x2 windows)."""
     b, n = h.shape[:2]
-    for index, layer in enumerate(head):
+    layers = list(head)
+    relu_after_pool = False
+    for index, layer in enumerate(layers):
         if index < first:
             continue
         if isinstance(layer, (nn.Linear, nn.Conv2d)):
@@ -88,17 +122,15 @@ def run_stacked(head: nn.Sequential, param: ParamFn, h: Tensor, first: int = 0) 
             bias = param(f"{index}.bias") if layer.bias is not None else None
             h = _linear(h, weight, bias) if isinstance(layer, nn.Linear) else _conv2d(h, layer, weight, bias)
         elif isinstance(layer, nn.ReLU):
+            if index + 1 < len(layers) and isinstance(layers[index + 1], nn.MaxPool2d):
+                relu_after_pool = True
+                continue
             h = torch.relu_(h) if h.is_contiguous() else torch.relu(h)
         elif isinstance(layer, nn.MaxPool2d):
-            pooled = F.max_pool2d(
-                h.reshape(b * n, *h.shape[2:]),
-                layer.kernel_size,
-                layer.stride,
-                layer.padding,
-                layer.dilation,
-                ceil_mode=layer.ceil_mode,
-            )
+            pooled = max_pool(h.reshape(b * n, *h.shape[2:]), layer)
             h = pooled.reshape(b, n, *pooled.shape[1:])
+            if relu_after_pool:
+                h, relu_after_pool = torch.relu_(h), False
         elif isinstance(layer, nn.Flatten):
             h = h.reshape(b, n, -1)
         elif isinstance(layer, (nn.Dropout, nn.Dropout2d, nn.Identity)):
