@@ -16,7 +16,10 @@ costs). The runs, side by side:
   take at most 120 s at the measured cost, else regression to a standard error of 0.002 with doubling
   attempts. Without --before-tree, the same settings with today's code ("auto 0.002");
 - "auto f=F": the noise target: exact outright only within 10 s, else regression until each value's
-  standard error is at most F of its own validation noise, finishing exact at half the coalitions.
+  standard error is at most F of its own validation noise, finishing exact at half the coalitions;
+  the sampler corrected by the round's linearized model where its first attempt finds that it helps
+  (surrogate.SurrogateCorrected);
+- "f=F no surrogate": the same without the surrogate.
 
 Per run: seconds, coalitions evaluated (forward passes over the validation set), the method that
 ended, the largest |value - exact| and the largest |value - exact| / stated error, and the ratio of
@@ -151,6 +154,7 @@ def specs(
     for f in fractions:
         spec = ValuationSpec(target_stderr=0.002, noise_fraction=f, exact_seconds=10.0, seed=seed)
         out.append((f"auto f={f:g}", spec))
+        out.append((f"f={f:g} no surrogate", dataclasses.replace(spec, surrogate=False)))
     return out
 
 

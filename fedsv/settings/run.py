@@ -69,6 +69,7 @@ class RunConfig:
     valuation_budget: int = setting("valuation_budget")
     valuation_target_stderr: float = setting("valuation_target_stderr")
     valuation_noise_fraction: float = setting("valuation_noise_fraction")
+    valuation_surrogate: bool = setting("valuation_surrogate")
     valuation_exact_seconds: float = setting("valuation_exact_seconds")
     valuation_max_evaluations: int = setting("valuation_max_evaluations")
     valuation_budget_seconds: float = setting("valuation_budget_seconds")
@@ -217,6 +218,7 @@ class RunConfig:
             budget_seconds=self.valuation_budget_seconds or None,
             target_stderr=self.valuation_target_stderr or None,  # x the utility range, 1.0
             noise_fraction=self.valuation_noise_fraction or None,
+            surrogate=self.valuation_surrogate,
             max_evaluations=self.valuation_max_evaluations,
             exact_seconds=self.valuation_exact_seconds,
         )

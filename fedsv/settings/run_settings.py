@@ -122,6 +122,13 @@ RUN_SETTINGS: dict[str, Setting] = {
         "most); exact when it is not there by half of the coalitions (0 = the absolute target instead)",
         NonNegative(),
     ),
+    "valuation_surrogate": Setting(
+        V,
+        True,
+        "where auto samples, sample the residual of the round's model linearized around w_t and add the "
+        "linearization's own values back (a control variate), when the first attempt finds the errors "
+        "smaller with it",
+    ),
     "valuation_exact_seconds": Setting(
         V,
         10.0,

@@ -18,6 +18,7 @@ from fedsv.valuation.methods import REGISTRY, SAMPLING_METHODS
 from fedsv.valuation.permutation import permutation_budget
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.spec import ValuationSpec
+from fedsv.valuation.surrogate import SurrogateCorrected
 from fedsv.valuation.target import FALLBACK_STDERR, ToTarget, first_allowance
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ class Plan:
     noise_fraction: with a target, each value is sampled to this fraction of its own validation noise
         instead (target_stderr where the game has no validation folds).
     exact_after: with a target, the sampler finishes exact if it has not reached the target by then.
+    surrogate: with a target, the sampler is corrected by the game's surrogate where its pilot finds
+        that it helps (surrogate.SurrogateCorrected).
     reason: why "auto" chose this, in words (logged, and recorded with the round's values).
     """
 
@@ -50,6 +53,7 @@ class Plan:
     target_stderr: float | None = None
     noise_fraction: float | None = None
     exact_after: int | None = None
+    surrogate: bool = False
     reason: str = dataclasses.field(default="", compare=False)  # words: two plans that act alike are equal
 
     def to_dict(self) -> dict[str, object]:
@@ -70,6 +74,7 @@ class Plan:
                 target_stderr=None if target is None else float(target),  # type: ignore[arg-type]
                 noise_fraction=None if fraction is None else float(fraction),  # type: ignore[arg-type]
                 exact_after=None if after is None else int(after),  # type: ignore[call-overload]
+                surrogate=bool(data.get("surrogate", False)),
                 reason=str(data.get("reason", "")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -88,6 +93,7 @@ class Plan:
                 noise_fraction=self.noise_fraction,
                 max_evaluations=self.evaluations,
                 exact_after=self.exact_after,
+                surrogate=self.surrogate,
             )
         budget = self.evaluations if self.method in SAMPLING_METHODS else spec.budget
         return dataclasses.replace(spec, method=self.method, budget=budget, budget_seconds=None)
@@ -137,6 +143,7 @@ def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: floa
             spec.target_stderr if spec.target_stderr is not None else FALLBACK_STDERR,
             spec.noise_fraction,
             exact_after if m <= spec.max_exact_players else None,
+            spec.surrogate,
             reason,
         )
     evaluations = REGISTRY[method].planned_evaluations(m, budget, spec.settings())
@@ -249,7 +256,7 @@ def make_estimator(chosen: Plan, spec: ValuationSpec) -> Estimator:
     sampler = REGISTRY[chosen.method]
     if chosen.target_stderr is not None:  # each attempt's budget is a hard one
         settings = dataclasses.replace(spec.settings(), capped=True)
-        return ToTarget(
+        target = ToTarget(
             sampler,
             settings,
             chosen.target_stderr,
@@ -257,6 +264,7 @@ def make_estimator(chosen: Plan, spec: ValuationSpec) -> Estimator:
             chosen.noise_fraction,
             chosen.exact_after,
         )
+        return SurrogateCorrected(target, settings) if chosen.surrogate else target
     return sampler.configured(chosen.evaluations, spec.settings())
 
 

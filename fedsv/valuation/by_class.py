@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsv.valuation.api import Plan, make_estimator
-from fedsv.valuation.class_scores import CellGame, ClassScores
+from fedsv.valuation.class_scores import CellGame, CellScores
 from fedsv.valuation.exact import ExactShapley, shapley_from_dense
 from fedsv.valuation.game import FloatArray, Game
 from fedsv.valuation.loo import LeaveOneOut
@@ -28,6 +28,7 @@ from fedsv.valuation.methods import REGISTRY
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.round_matrices import fold_stderr
 from fedsv.valuation.spec import ValuationSpec
+from fedsv.valuation.surrogate import ResidualScores, surrogate_on
 
 NOT_LINEAR = ("gtg", "random")
 """Methods whose values are not a linear function of the utilities they saw."""
@@ -75,10 +76,20 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
     table = store.table() if result.method == "exact" else None  # planned exact, or a sampler finished exact
     if table is not None:
         return _exact_split(store, table)
-    labels = [_replay(CellGame(store, store.label(c)), chosen, spec, result) for c in range(store.classes)]
+    surrogate = result.extra.get("control_variate") or {}
+    sampled: CellScores = store  # what the sampler sampled: U, or a surrogate's residual U - G
+    if surrogate.get("used"):
+        sampled = ResidualScores(store, surrogate["game"].cell_scores())
+    labels = [_replay(CellGame(sampled, store.label(c)), chosen, spec, result) for c in range(store.classes)]
     zeros = np.zeros(game.m)
+    label_values = np.stack([r.values for r in labels], axis=1)
+    if surrogate.get("used"):  # G's own values per label back on the residual's
+        settings = spec.settings()
+        label_values += np.stack(
+            [surrogate_on(surrogate, store.label(c), settings) for c in range(store.classes)], axis=1
+        )
     classes = ClassValues(
-        np.stack([r.values for r in labels], axis=1),
+        label_values,
         np.stack([zeros if r.stderr is None else r.stderr for r in labels], axis=1),
     )
     if store.folds == 1:
@@ -86,12 +97,23 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
     fold_games = [CellGame(store, store.fold(f)) for f in range(store.folds)]
     fold_fedsv = (result.extra.get("target") or {}).get("fold_values")  # a noise target replayed them
     if fold_fedsv is None:
-        fold_fedsv = np.stack([_replay(g, chosen, spec, result).values for g in fold_games], axis=1)
+        fold_fedsv = np.stack(
+            [
+                _replay(CellGame(sampled, store.fold(f)), chosen, spec, result).values
+                for f in range(store.folds)
+            ],
+            axis=1,
+        )
+        if surrogate.get("used"):
+            settings = spec.settings()
+            fold_fedsv += np.stack(
+                [surrogate_on(surrogate, store.fold(f), settings) for f in range(store.folds)], axis=1
+            )
     loo = np.stack([LeaveOneOut().run(g).values for g in fold_games], axis=1)
     return SplitValues(classes, FoldValues(fold_fedsv, loo, store.shares))
 
 
-def _exact_split(store: ClassScores, table: FloatArray) -> SplitValues:
+def _exact_split(store: CellScores, table: FloatArray) -> SplitValues:
     """An exactly valued round split by every (label, fold) cell at once, from its table of utilities:
     one pass over the table for every cell's game (exact.shapley_from_dense), LOO read off it."""
     m, folds = store.m, store.folds

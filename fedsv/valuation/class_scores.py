@@ -12,6 +12,8 @@ the values measured on each fold alone is what a fresh draw of the validation se
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import numpy.typing as npt
 
@@ -59,6 +61,25 @@ def fold_split(samples: int, folds: int) -> tuple[npt.NDArray[np.int64], FloatAr
 
 def _itemsize(m: int) -> int:
     return 4 if m > DENSE_PLAYERS else 8
+
+
+class CellScores(Protocol):
+    """What reads a game's utilities by validation cell (CellGame, the fold and label games): a round
+    game's ClassScores, or a residual's (surrogate.ResidualScores)."""
+
+    m: int
+    classes: int
+    folds: int
+    width: int
+    shares: FloatArray
+
+    def get(self, masks: MaskArray, cells: slice | list[int]) -> FloatArray: ...
+
+    def table(self) -> FloatArray | None: ...
+
+    def label(self, label: int) -> slice: ...
+
+    def fold(self, fold: int) -> slice: ...
 
 
 class ClassScores:
@@ -115,7 +136,7 @@ class CellGame(Game):
     round game's ClassScores: it evaluates nothing itself, so an estimator replayed on it must ask for
     coalitions the round game evaluated."""
 
-    def __init__(self, store: ClassScores, cells: slice | list[int]) -> None:
+    def __init__(self, store: CellScores, cells: slice | list[int]) -> None:
         super().__init__(store.m)
         self.store, self.cells = store, cells
 
@@ -123,11 +144,11 @@ class CellGame(Game):
         return self.store.get(bitmasks(members), self.cells)
 
 
-def label_games(store: ClassScores) -> list[Game]:
+def label_games(store: CellScores) -> list[Game]:
     """One game per validation label; they sum to the round game."""
     return [CellGame(store, store.label(label)) for label in range(store.classes)]
 
 
-def fold_games(store: ClassScores) -> list[Game]:
+def fold_games(store: CellScores) -> list[Game]:
     """One game per validation fold; they sum to the round game (none where there is a single fold)."""
     return [CellGame(store, store.fold(fold)) for fold in range(store.folds)] if store.folds > 1 else []

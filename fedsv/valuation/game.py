@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from fedsv.valuation.class_scores import ClassScores
+    from fedsv.valuation.class_scores import CellScores
 
 Subset = frozenset[int] | int
 """A coalition: a frozenset of player indices 0..m-1, or an int bitmask (bit i = player i)."""
@@ -122,9 +122,15 @@ class Game:
         """Do the game's one-off set-up now (e.g. a round game's per-round precomputation), so that timing
         a batch of evaluations measures the cost per coalition only. The base game has none."""
 
-    def cell_scores(self) -> ClassScores | None:
+    def surrogate(self) -> Game | None:
+        """A cheap game that follows this one, for a control variate (surrogate.SurrogateCorrected): a
+        round game's model linearized around w_t. None where the game has none (the base game)."""
+        return None
+
+    def cell_scores(self) -> CellScores | None:
         """The utilities of what this game evaluated split by validation cell (label and fold: a round
-        game's class_scores.ClassScores), whose games sum to this one; None when the game does not split."""
+        game's class_scores.ClassScores), whose games sum to this one; None when the game does not
+        split."""
         return None
 
     def evaluate_uncached(self, members: BoolMatrix) -> FloatArray:

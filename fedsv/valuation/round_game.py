@@ -17,6 +17,7 @@ from fedsv.valuation.class_scores import ClassScores, fold_count, fold_split
 from fedsv.valuation.device import PRECISIONS, default_budget_mb, lives_on
 from fedsv.valuation.executors import MODES, Compute, Executor, Memory, plan_executor
 from fedsv.valuation.game import BoolMatrix, FloatArray, Game, bitmasks
+from fedsv.valuation.linearized import LinearizedRound
 from fedsv.valuation.round_inputs import Metric, RoundInputs, coalition_weights
 
 logger = logging.getLogger(__name__)
@@ -155,11 +156,21 @@ class RoundGame(Game):
         self.mode = self.executor.mode
         self.computed_by = f"mode {self.mode!r} on {self.device} ({self.precision}): {reason}"
         self.computes_on_cpu = self.device.type == "cpu"
+        self._surrogate: LinearizedRound | None = None
         _tell(model, f"RoundGame {self.computed_by}")
 
     def prepare(self) -> None:
         """Do the round's one-off work now (mode "fast": the stem outputs, when they fit the budget)."""
         self.executor.prepare()
+
+    def surrogate(self) -> Game | None:
+        """The round's model linearized around w_t (linearized.LinearizedRound), built once; None for a
+        coordinate-wise rule (median, trimmed mean), which does not combine the deltas linearly."""
+        if self.inputs.rule.coordinatewise:
+            return None
+        if self._surrogate is None:
+            self._surrogate = LinearizedRound(self.inputs, self.model, self.compute, self.class_scores.shares)
+        return self._surrogate
 
     def cell_scores(self) -> ClassScores:
         """What this game evaluated, split by validation label and fold (class_scores.ClassScores)."""

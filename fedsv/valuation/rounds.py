@@ -120,6 +120,10 @@ def choice_of(chosen: Plan, result: ValuationResult) -> str:
     else:
         how = "reached" if target["reached"] else "stopped at its cap"
         ended = f"{how} after {target['evaluations']} evaluations"
+    surrogate = result.extra.get("control_variate")
+    if surrogate is not None and not target["finished_exact"]:
+        used = "corrected by the game's surrogate" if surrogate["used"] else "no surrogate"
+        ended = f"{ended}; {used} ({surrogate['reason']})"
     return f"{chosen.reason}; {ended}" if chosen.reason else ended
 
 

@@ -53,6 +53,9 @@ class ValuationSpec:
         (api.auto_to_noise).
     exact_after: with a target, a sampler that has not reached it after this many evaluations finishes
         exact (what "auto" plans under a noise target; a replayed plan carries it).
+    surrogate: with a target, the sampler is corrected by the game's cheap surrogate (a round game's
+        model linearized around w_t: surrogate.SurrogateCorrected) where its first attempt finds the
+        stated errors smaller with it than without.
     seed: seeds the sampling methods and "random".
     max_exact_players: the largest game "exact" enumerates (and "auto" considers exact for).
     """
@@ -70,6 +73,7 @@ class ValuationSpec:
     exact_after: int | None = None
     max_evaluations: int = 100_000
     exact_seconds: float = 120.0
+    surrogate: bool = True
 
     def __post_init__(self) -> None:
         check_method(self.method)
@@ -81,6 +85,8 @@ class ValuationSpec:
             value = getattr(self, name)
             if value is not None and not _positive(value):
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        if not isinstance(self.surrogate, bool):
+            raise ValueError(f"surrogate must be true or false, got {self.surrogate!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         players = self.max_exact_players

@@ -74,6 +74,7 @@ class ToTarget(Estimator):
         cap: int,
         noise_fraction: float | None = None,
         exact_after: int | None = None,
+        fold_base: FloatArray | None = None,
     ) -> None:
         if not sampler.sampling:
             raise ValueError(f"{sampler.method} does not sample: it has no budget to grow")
@@ -83,6 +84,20 @@ class ToTarget(Estimator):
             raise ValueError(f"the noise fraction must be a positive number, got {noise_fraction}")
         self.sampler, self.settings, self.target, self.cap = sampler, settings, float(target), int(cap)
         self.noise_fraction, self.exact_after = noise_fraction, exact_after
+        self.fold_base = fold_base  # values per fold the game lacks (a surrogate's: surrogate.py), (m, folds)
+
+    def with_fold_base(self, fold_base: FloatArray) -> ToTarget:
+        """This target on a game whose values per validation fold lack `fold_base` (m, folds): the noise
+        is read from the sampler's fold values plus it."""
+        return ToTarget(
+            self.sampler,
+            self.settings,
+            self.target,
+            self.cap,
+            self.noise_fraction,
+            self.exact_after,
+            fold_base,
+        )
 
     def run(self, game: Game) -> ValuationResult:
         result = super().run(game)
@@ -102,6 +117,8 @@ class ToTarget(Estimator):
             # an attempt may evaluate `allowance` new coalitions; those of earlier attempts are free
             result = self.sampler.configured(allowance, self.settings).run(game)
             fold_run = folds.attempt(allowance) if folds is not None else None  # keeps pace with the game
+            if fold_run is not None and self.fold_base is not None:
+                fold_run = dataclasses.replace(fold_run, values=fold_run.values + self.fold_base)
             limits = self._limits(fold_run, result)
             spent = game.evaluations - start
             ok = reached(result.stderr, limits)
