@@ -1,7 +1,7 @@
 """Do the stated standard errors hold? Sampled values of real rounds against a long-run reference.
 
 Usage: python benchmarks/bench_coverage.py [--participants 30] [--fraction 0.667] [--rounds 5] [--seeds 10]
-                                          [--target 0.002] [--reference-target 0.0005]
+                                          [--target 0.002] [--reference-target 0.0005] [--no-surrogate]
 
 Trains the rounds of a 30-participant run with 20 selected per round on the embedded MNIST sample, in
 process, exactly as `fedsv launch` would (fedsv.app.demo.demo_rounds: the same draws, training, norm
@@ -47,9 +47,12 @@ def game_of(trained: TrainedRound) -> RoundGame:
     )
 
 
-def sampled(game: RoundGame, target: float, cap: int, seed: int) -> ValuationResult:
-    """What auto does for m = 20 on a CPU: the regression sampler, to the target."""
-    spec = ValuationSpec(method="regression", target_stderr=target, max_evaluations=cap, seed=seed)
+def sampled(game: RoundGame, target: float, cap: int, seed: int, surrogate: bool) -> ValuationResult:
+    """What auto does for m = 20 on a CPU: the regression sampler, to the target, corrected by the
+    round's linearized model where its pilot finds that it helps (`surrogate`)."""
+    spec = ValuationSpec(
+        method="regression", target_stderr=target, max_evaluations=cap, seed=seed, surrogate=surrogate
+    )
     return shapley_values(game, spec=spec)
 
 
@@ -67,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=int, default=100_000)
     parser.add_argument("--reference-target", type=float, default=0.0005)
     parser.add_argument("--reference-cap", type=int, default=400_000)
+    parser.add_argument(
+        "--surrogate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the sampled runs corrected by the linearized round where it helps (the reference never is)",
+    )
     args = parser.parse_args(argv)
     config = DemoConfig(
         participants=args.participants,
@@ -76,9 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"command: {' '.join(sys.argv)}")
     print(f"machine: {machine()}; load average at start {load_average()}")
-    print(f"run: {config.participants} participants, m = {config.selected_per_round} per round, "
-          f"{config.rounds} rounds; {args.seeds} sampled valuations per round to stderr {args.target}, "
-          f"reference to {args.reference_target}\n")  # fmt: skip
+    print(
+        f"run: {config.participants} participants, m = {config.selected_per_round} per round, "
+        f"{config.rounds} rounds; {args.seeds} sampled valuations per round to stderr {args.target}, "
+        f"reference to {args.reference_target}; surrogate {'on' if args.surrogate else 'off'}\n"
+    )  # fmt: skip
     rows = []
     totals: dict[str, list[float]] = {}  # participant -> per seed, summed over rounds
     variances: dict[str, list[float]] = {}
@@ -89,10 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         game = game_of(trained)
         ids = sorted(u.participant for u in trained.updates)
         started = time.perf_counter()
-        reference = sampled(game, args.reference_target, args.reference_cap, seed=10**6 + trained.round)
+        reference = sampled(game, args.reference_target, args.reference_cap, 10**6 + trained.round, False)
         reference_seconds = time.perf_counter() - started
         assert reference.stderr is not None
-        runs = [sampled(game, args.target, args.cap, seed) for seed in range(args.seeds)]
+        runs = [sampled(game, args.target, args.cap, seed, args.surrogate) for seed in range(args.seeds)]
         errors = np.array([r.values - reference.values for r in runs])
         stated = np.array([np.sqrt(np.square(r.stderr) + np.square(reference.stderr)) for r in runs])  # type: ignore[arg-type]
         all_errors.append(errors.ravel())
