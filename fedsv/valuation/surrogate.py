@@ -36,8 +36,9 @@ KEEP_BELOW = 0.9
 """The pilot keeps the surrogate where it makes the median stated error at most this share of the
 plain sampler's: a surrogate that barely helps is not worth its own forward passes."""
 
-SURROGATE_SAMPLE_FACTOR = 32
-"""Beyond that, the surrogate is sampled with this many times the evaluations the residual took."""
+SURROGATE_SAMPLES = 2**14
+"""Beyond that, the surrogate's values are sampled (regression) with this many of its coalitions: about
+a second for a round's linearized model at m = 20, and an error near 1e-4 on an accuracy."""
 
 
 class ResidualScores:
@@ -101,44 +102,6 @@ class ResidualGame(Game):
         return u - g
 
 
-@dataclass(frozen=True)
-class SurrogateValues:
-    """The surrogate game's values: overall (m,), their standard errors (None: exact), per validation
-    cell (m, width) where the surrogate splits by cell and its values are exact, and what they cost."""
-
-    values: FloatArray
-    stderr: FloatArray | None
-    cells: FloatArray | None
-    evaluations: int
-    budget: int | None = None  # a sampled surrogate's regression budget (seeded settings.seed + 1)
-
-
-def surrogate_values(surrogate: Game, residual_evaluations: int, settings: Settings) -> SurrogateValues:
-    """phi(G): exact over all 2^m coalitions up to SURROGATE_EXACT_PLAYERS, else regression with
-    SURROGATE_SAMPLE_FACTOR times the residual's evaluations (seeded apart from the residual's draws)."""
-    m, before = surrogate.m, surrogate.evaluations
-    if m <= SURROGATE_EXACT_PLAYERS:
-        exact = ExactShapley(max(m, settings.max_exact_players)).run(surrogate)
-        store = surrogate.cell_scores()
-        table = store.table() if store is not None else None
-        cells = shapley_from_dense(table) if table is not None else None
-        return SurrogateValues(exact.values, None, cells, surrogate.evaluations - before)
-    budget = min(2**m, max(SURROGATE_SAMPLE_FACTOR * residual_evaluations, 2 * m + 2))
-    sampled = RegressionMSR(budget, seed=settings.seed + 1).run(surrogate)
-    return SurrogateValues(sampled.values, sampled.stderr, None, surrogate.evaluations - before, budget)
-
-
-def surrogate_on(info: dict[str, Any], cells: slice | list[int], settings: Settings) -> FloatArray:
-    """A used surrogate's values on some validation cells (extra["control_variate"] of a corrected result):
-    read off its exact values per cell, or its regression replayed on those cells' game (the same
-    budget and seed: the coalitions it evaluated)."""
-    if info.get("cells") is not None:
-        return np.asarray(info["cells"][:, cells].sum(axis=1), dtype=np.float64)
-    store = info["game"].cell_scores()
-    replayed = RegressionMSR(info["budget"], seed=settings.seed + 1).run(CellGame(store, cells))
-    return replayed.values
-
-
 class GameView(Game):
     """`game`'s utilities under a fresh memo: a sampler run on it draws what it would on a fresh game,
     and every coalition `game` already evaluated costs nothing (a replay of the same draws)."""
@@ -156,6 +119,46 @@ class GameView(Game):
 
     def _evaluate(self, members: BoolMatrix) -> FloatArray:
         return self.game.utilities(members)
+
+
+@dataclass(frozen=True)
+class SurrogateValues:
+    """The surrogate game's values: overall (m,), their standard errors (None: exact), per validation
+    cell (m, width) where the surrogate splits by cell and its values are exact, and what they cost."""
+
+    values: FloatArray
+    stderr: FloatArray | None
+    cells: FloatArray | None
+    evaluations: int
+    budget: int | None = None  # a sampled surrogate's regression budget (seeded settings.seed + 1)
+
+
+def surrogate_values(surrogate: Game, settings: Settings) -> SurrogateValues:
+    """phi(G): exact over all 2^m coalitions up to SURROGATE_EXACT_PLAYERS, else regression with
+    SURROGATE_SAMPLES coalitions (seeded apart from the residual's draws)."""
+    m, before = surrogate.m, surrogate.evaluations
+    if m <= SURROGATE_EXACT_PLAYERS:
+        exact = ExactShapley(max(m, settings.max_exact_players)).run(surrogate)
+        store = surrogate.cell_scores()
+        table = store.table() if store is not None else None
+        cells = shapley_from_dense(table) if table is not None else None
+        return SurrogateValues(exact.values, None, cells, surrogate.evaluations - before)
+    budget = min(2**m, SURROGATE_SAMPLES)
+    # on a fresh view: its draws do not depend on what G already evaluated, so a replay on some cells
+    # (surrogate_on) draws the same coalitions
+    sampled = RegressionMSR(budget, seed=settings.seed + 1).run(GameView(surrogate))
+    return SurrogateValues(sampled.values, sampled.stderr, None, surrogate.evaluations - before, budget)
+
+
+def surrogate_on(info: dict[str, Any], cells: slice | list[int], settings: Settings) -> FloatArray:
+    """A used surrogate's values on some validation cells (extra["control_variate"] of a corrected result):
+    read off its exact values per cell, or its regression replayed on those cells' game (the same
+    budget and seed: the coalitions it evaluated)."""
+    if info.get("cells") is not None:
+        return np.asarray(info["cells"][:, cells].sum(axis=1), dtype=np.float64)
+    store = info["game"].cell_scores()
+    replayed = RegressionMSR(info["budget"], seed=settings.seed + 1).run(CellGame(store, cells))
+    return replayed.values
 
 
 class SurrogateCorrected(Estimator):
@@ -181,35 +184,26 @@ class SurrogateCorrected(Estimator):
             return self._plain(game, "the game has no surrogate")
         if surrogate.m != game.m:
             raise ValueError(f"the surrogate has {surrogate.m} players, the game {game.m}")
-        # the surrogate's exact values first where they split by cell: a noise target reads them per fold
-        early = surrogate_values(surrogate, 0, self.settings) if game.m <= SURROGATE_EXACT_PLAYERS else None
         kept, why = self._pilot(game, surrogate)
         if not kept:
             return self._plain(game, why)
-        residual_game = ResidualGame(game, surrogate)
-        residual = self._with_base(early, surrogate).run(residual_game)
-        phi_g = early or surrogate_values(surrogate, residual.evaluations, self.settings)
+        phi_g = surrogate_values(surrogate, self.settings)  # first: a noise target reads them per fold
         info = {
             "used": True,
             "reason": why,
-            "method": residual.method,
             "values": phi_g.values,
             "stderr": phi_g.stderr,
             "evaluations": phi_g.evaluations,
             "cells": phi_g.cells,  # (m, width) or None: G's values per validation cell
             "budget": phi_g.budget,
             "game": surrogate,  # G, its cell scores: what a split by label replays on (by_class)
-            "explained": residual_game.explained(),
         }
-        extra = {**residual.extra, "control_variate": info}
-        target = extra.get("target")
-        if early is None and target is not None and target["fold_values"] is not None:  # G's folds added
-            store = surrogate.cell_scores()
-            assert store is not None  # the target found folds
-            folds = [surrogate_on(info, store.fold(f), self.settings) for f in range(store.folds)]
-            extra["target"] = {**target, "fold_values": target["fold_values"] + np.stack(folds, axis=1)}
+        residual_game = ResidualGame(game, surrogate)
+        residual = self._with_base(info, surrogate).run(residual_game)
+        info = {**info, "method": residual.method, "explained": residual_game.explained()}
         empty, grand = game.empty_and_grand()
         values, stderr = phi_g.values + residual.values, _quadrature(residual.stderr, phi_g.stderr)
+        extra = {**residual.extra, "control_variate": info}
         return Outcome(values, stderr, empty, grand, residual.samples, extra)
 
     def _plain(self, game: Game, why: str) -> Outcome:
@@ -244,13 +238,15 @@ class SurrogateCorrected(Estimator):
         keep = ratio <= KEEP_BELOW
         return keep, words if keep else f"{words}: dropped"
 
-    def _with_base(self, early: SurrogateValues | None, surrogate: Game) -> Estimator:
-        """The estimator, told the surrogate's values per validation fold (a noise target needs them)."""
-        if not isinstance(self.estimator, ToTarget) or early is None or early.cells is None:
-            return self.estimator
+    def _with_base(self, info: dict[str, Any], surrogate: Game) -> Estimator:
+        """The estimator, told the surrogate's values per validation fold (a noise target reads the
+        folds' spread of U's values, not of the residual's)."""
         store = surrogate.cell_scores()
-        assert store is not None  # cells come from its table
-        folds = np.stack([early.cells[:, store.fold(f)].sum(axis=1) for f in range(store.folds)], axis=1)
+        if not isinstance(self.estimator, ToTarget) or store is None or store.folds < 2:
+            return self.estimator
+        folds = np.stack(
+            [surrogate_on(info, store.fold(f), self.settings) for f in range(store.folds)], axis=1
+        )
         return self.estimator.with_fold_base(folds)
 
 

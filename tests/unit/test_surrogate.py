@@ -136,6 +136,23 @@ def test_the_noise_target_reads_the_folds_with_the_surrogates_values_added_back(
     assert np.median(limits / noise) == pytest.approx(1.0, rel=0.6)  # U's noise, not the residual's
 
 
+def test_beyond_sixteen_players_the_surrogates_values_are_sampled_and_still_add_back() -> None:
+    """m = 18: G's values come from a regression over 16,384 of its coalitions (its error stated); the
+    noise target's folds and the values stay U's, within their error of the closed form."""
+    m = 18
+    game_costs = costs(6, m=m, samples=200)
+    result = SurrogateCorrected(to_noise(1.0, seed=3, m=m), Settings(seed=3), near(game_costs, 0.05)).run(
+        SampleMaxGame(game_costs)
+    )
+    info = result.extra["control_variate"]
+    assert info["used"] and info["cells"] is None and info["budget"] == 2**14 and info["stderr"] is not None
+    assert result.evaluations < 2**m // 8
+    folds = np.asarray(result.extra["target"]["fold_values"])
+    np.testing.assert_allclose(folds.sum(axis=1), result.values, atol=1e-9)
+    truth = SampleMaxGame(game_costs).values
+    assert np.max(np.abs(result.values - truth) / np.asarray(result.stderr)) <= 5.0
+
+
 def linear_round(metric: str) -> RoundGame:
     """A model whose logits are linear in its parameters (softmax regression): its linearization is
     the model itself."""
