@@ -2,8 +2,8 @@
 
 The Shapley value is linear in the utility, so for any game G on the same players phi(U) = phi(G) +
 phi(U - G). When G is cheap to evaluate and follows U closely (a round's model linearized around w_t:
-linearized.py), phi(G) is computed exactly (or sampled with many times the evaluations, at next to no
-cost) and only the residual game U - G is sampled on U's costly coalitions. The estimate stays
+linearized.py), phi(G) is computed exactly (beyond 16 players, sampled over 16,384 of its coalitions,
+at next to no cost) and only the residual game U - G is sampled on U's costly coalitions. The estimate stays
 unbiased whatever G is, since phi(G) is exact or unbiased and the residual's sampler is; a surrogate
 that follows U only changes how fast the error falls. Its stated error is the two errors added in
 quadrature (the two samples are drawn with different seeds, independently).
@@ -167,7 +167,8 @@ class SurrogateCorrected(Estimator):
     G is `surrogate`, or the game's own (Game.surrogate(): a round game's linearized model); a game
     without one is valued by `estimator` alone. Around a ToTarget, the sampler's first attempt is a
     pilot, run on the residual and replayed on U itself (the same draws, no further evaluation): the
-    surrogate is kept only where it makes the median stated error smaller, and then the noise target
+    surrogate is kept only where it makes the median stated error at most KEEP_BELOW of the plain
+    sampler's, and then the noise target
     reads the values per validation fold with G's added back. The result's method is the estimator's;
     extra["control_variate"] says whether G was used and why, what it explained and cost."""
 
@@ -176,7 +177,8 @@ class SurrogateCorrected(Estimator):
 
     def run(self, game: Game) -> ValuationResult:
         result = super().run(game)
-        return dataclasses.replace(result, method=result.extra["control_variate"]["method"])
+        info = result.extra.get("control_variate")  # none for one player: U({0}) - U(empty), exact
+        return dataclasses.replace(result, method="exact" if info is None else info["method"])
 
     def estimate(self, game: Game) -> Outcome:
         surrogate = self.surrogate if self.surrogate is not None else game.surrogate()

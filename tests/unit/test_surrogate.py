@@ -115,6 +115,13 @@ def test_the_pilot_drops_a_surrogate_that_does_not_help_and_the_run_is_the_plain
     assert corrected.evaluations == plain.evaluations  # the pilot's coalitions were not evaluated again
 
 
+def test_one_player_is_valued_exactly() -> None:
+    one = SampleMaxGame(costs(7, m=1))
+    result = SurrogateCorrected(to_noise(0.5, seed=0, m=1), Settings()).run(one)
+    assert result.method == "exact"
+    np.testing.assert_allclose(result.values, one.values, atol=1e-12)
+
+
 def test_a_game_without_a_surrogate_is_valued_by_the_sampler_alone() -> None:
     game_costs = costs(4)
     result = SurrogateCorrected(to_noise(0.5, seed=1), Settings(seed=1)).run(SampleMaxGame(game_costs))
