@@ -72,13 +72,19 @@ class LinearizedRound(Game):
 
 
 def _linearize(inputs: RoundInputs, model: nn.Module, compute: Compute) -> tuple[Tensor, Tensor]:
-    """w_t's logits on the validation set (n, classes) and each delta's JVP (m, n, classes)."""
-    names = inputs.names
-    primals = tuple(inputs.global_params[name] for name in names)
-    shapes = [primal.shape for primal in primals]
+    """w_t's logits on the validation set (n, classes) and each delta's JVP (m, n, classes).
+
+    The JVP runs along the deltas of the parameters only: the floating-point buffers a coalition also
+    averages (BatchNorm's running statistics) stay at w_t's, as constants (torch's batch_norm has no
+    forward derivative in them). What they change is left to the residual, which the sampler samples.
+    """
+    parameters = {name for name, _ in model.named_parameters()}
+    moving = [name for name in inputs.names if name in parameters]
+    fixed = {name: inputs.global_params[name] for name in inputs.names if name not in parameters}
+    primals = tuple(inputs.global_params[name] for name in moving)
 
     def forward(x: Tensor, *state: Tensor) -> Tensor:
-        return functional_call(model, dict(zip(names, state, strict=True)), (x,))
+        return functional_call(model, {**fixed, **dict(zip(moving, state, strict=True))}, (x,))
 
     bases, per_delta = [], []
     with compute.computing(), torch.no_grad():
@@ -88,11 +94,10 @@ def _linearize(inputs: RoundInputs, model: nn.Module, compute: Compute) -> tuple
             rows = []
             for i in range(inputs.m):
                 tangent = tuple(
-                    inputs.delta_matrix(name)[i].reshape(shape)
-                    for name, shape in zip(names, shapes, strict=True)
+                    inputs.delta_matrix(name)[i].reshape(primal.shape)
+                    for name, primal in zip(moving, primals, strict=True)
                 )
-                out = jvp(lambda *state, x=x: forward(x, *state), primals, tangent)[1]
-                rows.append(out)
+                rows.append(jvp(lambda *state, x=x: forward(x, *state), primals, tangent)[1])
             per_delta.append(torch.stack(rows))
     return torch.cat(bases), torch.cat(per_delta, dim=1)
 

@@ -157,6 +157,7 @@ class RoundGame(Game):
         self.computed_by = f"mode {self.mode!r} on {self.device} ({self.precision}): {reason}"
         self.computes_on_cpu = self.device.type == "cpu"
         self._surrogate: LinearizedRound | None = None
+        self._no_surrogate = False  # the model could not be linearized: no forward-mode derivative
         _tell(model, f"RoundGame {self.computed_by}")
 
     def prepare(self) -> None:
@@ -166,10 +167,18 @@ class RoundGame(Game):
     def surrogate(self) -> Game | None:
         """The round's model linearized around w_t (linearized.LinearizedRound), built once; None for a
         coordinate-wise rule (median, trimmed mean), which does not combine the deltas linearly."""
-        if self.inputs.rule.coordinatewise:
+        if self.inputs.rule.coordinatewise or self._no_surrogate:
             return None
         if self._surrogate is None:
-            self._surrogate = LinearizedRound(self.inputs, self.model, self.compute, self.class_scores.shares)
+            try:
+                self._surrogate = LinearizedRound(
+                    self.inputs, self.model, self.compute, self.class_scores.shares
+                )
+            except (RuntimeError, NotImplementedError) as exc:  # an operation without forward-mode AD
+                self._no_surrogate = True
+                why = (str(exc).splitlines() or [type(exc).__name__])[0]
+                _tell(self.model, f"RoundGame: no linearized surrogate for this model ({why})")
+                return None
         return self._surrogate
 
     def cell_scores(self) -> ClassScores:

@@ -122,6 +122,10 @@ class ToTarget(Estimator):
             limits = self._limits(fold_run, result)
             spent = game.evaluations - start
             ok = reached(result.stderr, limits)
+            if result.stderr is not None and logger.isEnabledFor(logging.DEBUG):
+                ratios = result.stderr / np.maximum(limits, 1e-300)
+                logger.debug("attempt %d: %d evaluations, largest stderr / threshold %.3g (player %d)",
+                             attempts, spent, float(np.max(ratios)), int(np.argmax(ratios)))  # fmt: skip
             if ok or spent >= 2**m or (self.exact_after is not None and spent >= self.exact_after):
                 break
             left = cap - spent

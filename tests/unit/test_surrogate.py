@@ -3,6 +3,8 @@ real round, a pilot that drops a surrogate that does not help, and the linearize
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -190,6 +192,52 @@ def test_a_coordinatewise_rule_has_no_linearized_surrogate() -> None:
         for i in range(game.m)
     ], [1] * game.m, game.inputs.x_val, game.inputs.y_val, aggregation="median")  # fmt: skip
     assert median.surrogate() is None
+
+
+class NoForwardDerivative(torch.autograd.Function):
+    """A custom operation with a backward but no forward-mode derivative (jvp)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+class Opaque(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return NoForwardDerivative.apply(x)
+
+
+def small_round(*layers: nn.Module) -> RoundGame:
+    torch.manual_seed(1)
+    model = nn.Sequential(*layers).double()
+    model.eval()
+    state = {k: v for k, v in model.state_dict().items() if v.is_floating_point()}
+    deltas = [{k: 0.1 * torch.randn_like(v) for k, v in state.items()} for _ in range(4)]
+    x, y = torch.randn(40, 2, 6, 6, dtype=torch.float64), torch.randint(0, 3, (40,))
+    return RoundGame(model, state, deltas, [5, 5, 5, 5], x, y, metric="neg_loss")
+
+
+def test_a_model_with_batchnorm_is_linearized_in_its_parameters_with_its_statistics_held() -> None:
+    """BatchNorm's running statistics have no forward derivative in torch: they stay w_t's in G, and
+    the corrected values are still exact when G is (all 2^4 coalitions of U sampled)."""
+    bn = (nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 4 * 4, 3))
+    game = small_round(*bn)
+    surrogate = game.surrogate()
+    assert surrogate is not None
+    result = SurrogateCorrected(RegressionMSR(2**4, seed=0), Settings(), surrogate).run(game)
+    np.testing.assert_allclose(result.values, ExactShapley().run(small_round(*bn)).values, atol=1e-9)
+
+
+def test_a_model_torch_cannot_linearize_has_no_surrogate_and_is_valued_plainly() -> None:
+    layers = (Opaque(), nn.Flatten(), nn.Linear(2 * 6 * 6, 3))
+    game = small_round(*layers)
+    assert game.surrogate() is None
+    result = SurrogateCorrected(to_noise(0.5, seed=0, m=4), Settings()).run(game)
+    assert not result.extra["control_variate"]["used"]
 
 
 @pytest.fixture(scope="module")
