@@ -169,4 +169,6 @@ class ToTarget(Estimator):
         if fold_run is None or self.noise_fraction is None:
             return self.target
         stderr = np.zeros(result.values.shape) if result.stderr is None else result.stderr
-        return thresholds(validation_noise(fold_run, stderr), self.noise_fraction, self.target)
+        noise = validation_noise(fold_run, stderr)
+        dof = fold_run.shares.shape[0] - 1
+        return thresholds(noise, self.noise_fraction, self.target, dof, fold_run.values.sum(axis=1))

@@ -14,7 +14,7 @@ from fedsv.valuation.by_class import split_values
 from fedsv.valuation.estimator import Settings
 from fedsv.valuation.exact import ExactShapley
 from fedsv.valuation.methods import REGISTRY
-from fedsv.valuation.noise_target import NOISE_FLOOR, thresholds
+from fedsv.valuation.noise_target import NOISE_FLOOR, pooled, thresholds
 from fedsv.valuation.rounds import value_round
 from fedsv.valuation.target import ToTarget, first_allowance
 from tests.support.games import SampleMaxGame, TableGame, airport, table_of
@@ -163,3 +163,21 @@ def test_a_noise_targets_values_per_fold_are_what_a_replay_on_each_fold_gives() 
     ).folds
     assert kept is not None and replayed is not None
     np.testing.assert_array_equal(kept.fedsv, replayed.fedsv)
+
+
+def test_pooling_brings_noisy_noise_estimates_closer_to_the_truth_and_keeps_real_differences() -> None:
+    """Noise read off 4 folds (3 degrees of freedom) is pulled towards what the values' sizes predict:
+    closer to the true noise on average; a member whose noise truly differs 30-fold keeps it."""
+    rng = np.random.default_rng(0)
+    values = np.linspace(0.002, 0.04, 20)
+    truth = 0.01 * np.sqrt(values)  # more images moved, more noise
+    raw_errors, pooled_errors = [], []
+    for _ in range(200):
+        estimate = truth * np.sqrt(rng.chisquare(3, size=20) / 3)
+        raw_errors.append(np.mean(np.square(np.log(estimate / truth))))
+        pooled_errors.append(np.mean(np.square(np.log(pooled(estimate, 3, values) / truth))))
+    assert np.mean(pooled_errors) < 0.5 * np.mean(raw_errors)
+    apart = truth.copy()
+    apart[::2] *= 30.0
+    kept = pooled(apart * np.sqrt(rng.chisquare(30, size=20) / 30), 30, values)
+    assert np.all(kept[::2] > 10 * kept[1::2])
