@@ -54,6 +54,13 @@ class Outcome:
     samples: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, result: ValuationResult, extra: dict[str, Any]) -> Outcome:
+        """What another estimator's `result` found, with `extra` for its extra (a wrapper's outcome)."""
+        return cls(
+            result.values, result.stderr, result.utility_empty, result.utility_grand, result.samples, extra
+        )
+
 
 class Estimator(ABC):
     """Values the players of a game. Subclasses set `method` and implement `estimate`.

@@ -212,14 +212,7 @@ class SurrogateCorrected(Estimator):
         """The estimator alone, on a view of the game (a pilot's coalitions are not evaluated again)."""
         result = self.estimator.run(GameView(game))
         info = {"used": False, "reason": why, "method": result.method}
-        return Outcome(
-            result.values,
-            result.stderr,
-            result.utility_empty,
-            result.utility_grand,
-            result.samples,
-            {**result.extra, "control_variate": info},
-        )
+        return Outcome.of(result, {**result.extra, "control_variate": info})
 
     def _pilot(self, game: Game, surrogate: Game) -> tuple[bool, str]:
         """Whether to keep the surrogate: the sampler's first attempt on the residual against the same

@@ -153,15 +153,7 @@ class ToTarget(Estimator):
             # the sampler's values on each validation fold (m, folds), what by_class would replay for
             "fold_values": None if fold_run is None or finish_exact else fold_run.values,
         }
-        extra = {**result.extra, "target": target}
-        return Outcome(
-            result.values,
-            result.stderr,
-            result.utility_empty,
-            result.utility_grand,
-            result.samples,
-            extra,
-        )
+        return Outcome.of(result, {**result.extra, "target": target})
 
     def _limits(self, fold_run: FoldRun | None, result: ValuationResult) -> FloatArray | float:
         """Each value's threshold after this attempt: `target`, or with the attempt's values on the
