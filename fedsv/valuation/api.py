@@ -18,10 +18,15 @@ from fedsv.valuation.methods import REGISTRY, SAMPLING_METHODS
 from fedsv.valuation.permutation import permutation_budget
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.spec import ValuationSpec
-from fedsv.valuation.surrogate import SurrogateCorrected
+from fedsv.valuation.surrogate import SURROGATE_EXACT_PLAYERS, SurrogateCorrected
 from fedsv.valuation.target import FALLBACK_STDERR, ToTarget, first_allowance
 
 logger = logging.getLogger(__name__)
+
+SURROGATE_SECONDS = 2.0
+"""Beyond SURROGATE_EXACT_PLAYERS, a sampler's first attempt must take this long for a surrogate to
+pay for its set-up (the MLP at m = 20: 362 coalitions in 0.25 s against about 3 s of set-up, which
+cost as much as the coalitions it saved; the MNIST CNN: 5 s, and the surrogate saved 24 s)."""
 
 AUTO_SAMPLER = "regression"
 """What "auto" samples with when exact does not fit: the most accurate method per evaluation in
@@ -134,6 +139,9 @@ def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: floa
         else:
             method, reason = auto_by_budget(m, spec, budget, seconds_per_evaluation)
     if spec.targeted and REGISTRY[method].sampling:
+        surrogate = spec.surrogate and surrogate_pays(m, seconds_per_evaluation)
+        if spec.surrogate and not surrogate:
+            reason += f"; no surrogate: {first_allowance(m)} coalitions cost less than its set-up"
         return Plan(
             m,
             spec.method,
@@ -143,11 +151,22 @@ def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: floa
             spec.target_stderr if spec.target_stderr is not None else FALLBACK_STDERR,
             spec.noise_fraction,
             exact_after if m <= spec.max_exact_players else None,
-            spec.surrogate,
+            surrogate,
             reason,
         )
     evaluations = REGISTRY[method].planned_evaluations(m, budget, spec.settings())
     return Plan(m, spec.method, method, evaluations, seconds_per_evaluation, reason=reason)
+
+
+def surrogate_pays(m: int, seconds_per_evaluation: float | None) -> bool:
+    """Whether a surrogate may correct the sampler: its set-up (the linearization, and beyond
+    SURROGATE_EXACT_PLAYERS its sampled values per validation cell, a few seconds of arithmetic) is
+    worth it where the coalitions are costly, the sampler's first attempt taking SURROGATE_SECONDS or
+    more at the measured cost; up to SURROGATE_EXACT_PLAYERS, or with no cost measured, the pilot alone
+    decides (surrogate.SurrogateCorrected). Read off the plan, so a replayed plan decides alike."""
+    if m <= SURROGATE_EXACT_PLAYERS or seconds_per_evaluation is None:
+        return True
+    return first_allowance(m) * seconds_per_evaluation >= SURROGATE_SECONDS
 
 
 def _cost(m: int, seconds_per_evaluation: float | None) -> str:

@@ -131,7 +131,7 @@ class WaitingGame(TableGame):
 def test_autos_cost_is_cpu_time_so_a_busy_machine_does_not_flip_its_choice() -> None:
     game = WaitingGame(table_of(airport([0.05 * (i + 1) for i in range(M)])[0], M))
     wall, cpu = measure_cost(game), measure_cost(game, busy_proof=True)
-    assert wall >= 5e-3  # the wall clock sees the wait (a time budget is wall time)
+    assert wall >= 4e-3  # the wall clock sees the 5 ms wait (a difference of two timings: not to the µs)
     assert cpu < wall / 4, (cpu, wall)  # the process's CPU time does not (other threads' work aside)
     chosen = plan_game(game, ValuationSpec(noise_fraction=0.5, exact_seconds=5.0))
     assert chosen.method == "exact", chosen  # 2^12 x 5 ms of waiting would have made it sample

@@ -281,3 +281,17 @@ def test_a_real_round_valued_with_its_surrogate_is_within_its_error_and_splits_c
     ))  # fmt: skip
     assert "surrogate" not in plain.choice
     assert rv.evaluations < plain.evaluations  # the surrogate's gain on the MLP
+
+
+def test_auto_plans_the_surrogate_only_where_the_coalitions_pay_for_its_set_up() -> None:
+    from fedsv.valuation.api import plan
+
+    spec = ValuationSpec(target_stderr=0.002, noise_fraction=0.5, exact_seconds=1e-9)
+    cheap, costly = plan(20, spec, 0.0007), plan(20, spec, 0.014)  # the MLP's and the MNIST CNN's
+    assert not cheap.surrogate and "no surrogate" in cheap.reason
+    assert costly.surrogate and "no surrogate" not in costly.reason
+    assert plan(10, spec, 0.0007).surrogate  # exact surrogate values: the pilot alone decides
+    assert not plan(
+        20, ValuationSpec(target_stderr=0.002, noise_fraction=0.5, surrogate=False), 0.014
+    ).surrogate
+    assert not cheap.replay(spec).surrogate and costly.replay(spec).surrogate  # a replay decides alike
