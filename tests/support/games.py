@@ -112,6 +112,14 @@ def random_table(m: int, rng: np.random.Generator, r: float = 1.0) -> FloatArray
     return rng.uniform(0.0, r, size=2**m)
 
 
+def sample_costs(seed: int, m: int, samples: int) -> FloatArray:
+    """SampleMaxGame's costs: per player and sample a score in [0, 1); players differ in their mean
+    (some near useless)."""
+    rng = np.random.default_rng(seed)
+    level = np.linspace(0.05, 0.6, m)[:, None]
+    return np.clip(level + 0.35 * rng.random((m, samples)), 0.0, 1.0)
+
+
 class SampleMaxGame(Game):
     """A game that is a mean over validation samples, split into folds as a round game is: sample s
     scores max_{i in S} c[i, s] (0 for the empty set), so each sample's game is an airport game with

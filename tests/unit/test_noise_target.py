@@ -17,16 +17,13 @@ from fedsv.valuation.methods import REGISTRY
 from fedsv.valuation.noise_target import NOISE_FLOOR, pooled, thresholds
 from fedsv.valuation.rounds import value_round
 from fedsv.valuation.target import ToTarget, first_allowance
-from tests.support.games import SampleMaxGame, TableGame, airport, table_of
+from tests.support.games import SampleMaxGame, TableGame, airport, sample_costs, table_of
 
 M, SAMPLES = 12, 400
 
 
 def costs(seed: int, m: int = M, samples: int = SAMPLES) -> np.ndarray:
-    """Per player and sample a score in [0, 1): players differ in their mean (some near useless)."""
-    rng = np.random.default_rng(seed)
-    level = np.linspace(0.05, 0.6, m)[:, None]
-    return np.clip(level + 0.35 * rng.random((m, samples)), 0.0, 1.0)
+    return sample_costs(seed, m, samples)
 
 
 def to_noise(fraction: float, seed: int, exact_after: int | None = None) -> ToTarget:

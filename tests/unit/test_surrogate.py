@@ -25,15 +25,13 @@ from fedsv.valuation.round_game import RoundGame
 from fedsv.valuation.rounds import value_round
 from fedsv.valuation.surrogate import ResidualGame, SurrogateCorrected
 from fedsv.valuation.target import ToTarget
-from tests.support.games import SampleMaxGame
+from tests.support.games import SampleMaxGame, sample_costs
 
 M, SAMPLES = 10, 300
 
 
 def costs(seed: int, m: int = M, samples: int = SAMPLES) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    level = np.linspace(0.05, 0.6, m)[:, None]
-    return np.clip(level + 0.35 * rng.random((m, samples)), 0.0, 1.0)
+    return sample_costs(seed, m, samples)
 
 
 def near(game_costs: np.ndarray, spread: float, seed: int = 99) -> SampleMaxGame:
