@@ -80,14 +80,17 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
     sampled: CellScores = store  # what the sampler sampled: U, or a surrogate's residual U - G
     if surrogate.get("used"):
         sampled = ResidualScores(store, surrogate["game"].cell_scores())
-    labels = [_replay(CellGame(sampled, store.label(c)), chosen, spec, result) for c in range(store.classes)]
+
+    def replayed(cells: list[slice]) -> tuple[FloatArray, list[ValuationResult]]:
+        """The sampler's values on each of `cells` (m, len(cells)), with G's own added back."""
+        runs = [_replay(CellGame(sampled, c), chosen, spec, result) for c in cells]
+        values = np.stack([r.values for r in runs], axis=1)
+        if surrogate.get("used"):
+            values += np.stack([surrogate_on(surrogate, c, spec.settings()) for c in cells], axis=1)
+        return values, runs
+
+    label_values, labels = replayed([store.label(c) for c in range(store.classes)])
     zeros = np.zeros(game.m)
-    label_values = np.stack([r.values for r in labels], axis=1)
-    if surrogate.get("used"):  # G's own values per label back on the residual's
-        settings = spec.settings()
-        label_values += np.stack(
-            [surrogate_on(surrogate, store.label(c), settings) for c in range(store.classes)], axis=1
-        )
     classes = ClassValues(
         label_values,
         np.stack([zeros if r.stderr is None else r.stderr for r in labels], axis=1),
@@ -97,18 +100,7 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
     fold_games = [CellGame(store, store.fold(f)) for f in range(store.folds)]
     fold_fedsv = (result.extra.get("target") or {}).get("fold_values")  # a noise target replayed them
     if fold_fedsv is None:
-        fold_fedsv = np.stack(
-            [
-                _replay(CellGame(sampled, store.fold(f)), chosen, spec, result).values
-                for f in range(store.folds)
-            ],
-            axis=1,
-        )
-        if surrogate.get("used"):
-            settings = spec.settings()
-            fold_fedsv += np.stack(
-                [surrogate_on(surrogate, store.fold(f), settings) for f in range(store.folds)], axis=1
-            )
+        fold_fedsv = replayed([store.fold(f) for f in range(store.folds)])[0]
     loo = np.stack([LeaveOneOut().run(g).values for g in fold_games], axis=1)
     return SplitValues(classes, FoldValues(fold_fedsv, loo, store.shares))
 

@@ -17,6 +17,7 @@ valuing the same round again gives the same values.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -89,15 +90,9 @@ class ToTarget(Estimator):
     def with_fold_base(self, fold_base: FloatArray) -> ToTarget:
         """This target on a game whose values per validation fold lack `fold_base` (m, folds): the noise
         is read from the sampler's fold values plus it."""
-        return ToTarget(
-            self.sampler,
-            self.settings,
-            self.target,
-            self.cap,
-            self.noise_fraction,
-            self.exact_after,
-            fold_base,
-        )
+        clone = copy.copy(self)
+        clone.fold_base = fold_base
+        return clone
 
     def run(self, game: Game) -> ValuationResult:
         result = super().run(game)
