@@ -79,6 +79,8 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
     surrogate = result.extra.get("control_variate") or {}
     sampled: CellScores = store  # what the sampler sampled: U, or a surrogate's residual U - G
     if surrogate.get("used"):
+        if surrogate["cells"] is None:  # a surrogate that does not split by cell: the residual cannot
+            return SplitValues(None, None)
         sampled = ResidualScores(store, surrogate["game"].cell_scores())
 
     def replayed(cells: list[slice]) -> tuple[FloatArray, list[ValuationResult]]:
@@ -86,7 +88,7 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
         runs = [_replay(CellGame(sampled, c), chosen, spec, result) for c in cells]
         values = np.stack([r.values for r in runs], axis=1)
         if surrogate.get("used"):
-            values += np.stack([surrogate_on(surrogate, c, spec.settings()) for c in cells], axis=1)
+            values += np.stack([surrogate_on(surrogate, c) for c in cells], axis=1)
         return values, runs
 
     label_values, labels = replayed([store.label(c) for c in range(store.classes)])

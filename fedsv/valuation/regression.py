@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from fedsv.valuation.border import Border, interior_sizes
@@ -9,6 +13,25 @@ from fedsv.valuation.budget import EvaluationBudget
 from fedsv.valuation.estimator import Outcome, StratifiedEstimator
 from fedsv.valuation.game import BoolMatrix, FloatArray
 from fedsv.valuation.strata import StratumMeans, sample_strata
+
+
+@dataclass(frozen=True)
+class Draws:
+    """What a regression run drew: the border coalitions (all of their sizes) and the interior samples
+    (rows, repeats kept: each is one sample)."""
+
+    border: BoolMatrix
+    rows: BoolMatrix
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """Values and their standard errors before the efficiency shift, and the surrogate kind fitted."""
+
+    values: FloatArray
+    stderr: FloatArray
+    kind: str
+
 
 PAIRS_SAMPLES_PER_PARAMETER = 2.0
 """surrogate="auto" fits the products z_i z_j only with at least this many coalitions per parameter."""
@@ -62,13 +85,14 @@ def _pair_values(m: int) -> tuple[float, float, float, float]:
 
 
 def surrogate_shapley(coef: FloatArray, m: int, kind: str = "shares") -> FloatArray:
-    """Exact Shapley values of the game f(S) = coef . surrogate_features(S, kind), in closed form.
+    """Exact Shapley values of the game f(S) = coef . surrogate_features(S, kind), in closed form: (m,),
+    or (m, *columns) for coefficients (parameters, *columns) of several games.
 
     Size indicators form symmetric games: each player gets ([s = m] - [s = 0]) / m of theirs. x_i is
     additive. z_j = x_j/|S| gives j the average of 1/(s+1) over s = 0..m-1 and, by efficiency, every
     other player an equal share of the rest; the products z_i z_j are valued the same way (_pair_values).
     """
-    values = np.full(m, (coef[m] - coef[0]) / m)
+    values = np.zeros((m, *coef.shape[1:])) + (coef[m] - coef[0]) / m
     at = m + 1
     if kind != "sizes":
         values += coef[at : at + m]
@@ -76,7 +100,7 @@ def surrogate_shapley(coef: FloatArray, m: int, kind: str = "shares") -> FloatAr
     if kind in ("shares", "pairs"):
         share = coef[at : at + m]
         own, other = _share_values(m)
-        values += own * share + other * (share.sum() - share)
+        values += own * share + other * (share.sum(axis=0) - share)
         at += m
     if kind == "pairs":
         own_sq, other_sq, own_pair, bystander = _pair_values(m)
@@ -91,7 +115,8 @@ def surrogate_shapley(coef: FloatArray, m: int, kind: str = "shares") -> FloatAr
 
 
 def fit_surrogate(members: BoolMatrix, utilities: FloatArray, kind: str = "shares") -> FloatArray:
-    """Least-squares coefficients of the surrogate, with a small relative ridge."""
+    """Least-squares coefficients of the surrogate, with a small relative ridge (utilities (rows,) or
+    (rows, columns): one fit per column)."""
     features = surrogate_features(members, kind)
     gram = features.T @ features
     penalty = RIDGE * max(float(np.trace(gram)) / gram.shape[0], 1e-12)
@@ -110,12 +135,22 @@ class RegressionMSR(StratifiedEstimator):
 
     cross_fit: fit the surrogate on half the samples and take residual means on the other half, both
     ways round, and average; removes the bias of reusing samples for the fit at some cost in variance.
+    keep_draws: keep the coalitions drawn in extra["draws"], for values of other games on the same
+    draws (by_column).
     """
 
     method = "regression"
 
-    def __init__(self, budget: int, seed: int = 0, cross_fit: bool = True, surrogate: str = "auto") -> None:
+    def __init__(
+        self,
+        budget: int,
+        seed: int = 0,
+        cross_fit: bool = True,
+        surrogate: str = "auto",
+        keep_draws: bool = False,
+    ) -> None:
         super().__init__(budget, seed)
+        self.keep_draws = keep_draws
         if surrogate != "auto" and surrogate not in SURROGATES:
             raise ValueError(f"unknown surrogate {surrogate!r}; choose auto or one of {list(SURROGATES)}")
         self.cross_fit = cross_fit
@@ -130,31 +165,51 @@ class RegressionMSR(StratifiedEstimator):
         return "pairs" if fitted_on >= PAIRS_SAMPLES_PER_PARAMETER * pairs_parameters else "shares"
 
     def from_border(self, budget: EvaluationBudget, border: Border) -> Outcome:
-        m = budget.game.m
-        rows, utilities = sample_strata(budget, interior_sizes(m, border.sizes), self.rng())
+        rows, utilities = sample_strata(budget, interior_sizes(budget.game.m, border.sizes), self.rng())
+        fitted = self.fitted(Draws(border.rows, rows), border.utilities, utilities)
+        extra: dict[str, Any] = {"cross_fit": self.cross_fit, "surrogate": fitted.kind}
+        if self.keep_draws:
+            extra["draws"] = Draws(border.rows, rows)
+        return Outcome(fitted.values, fitted.stderr, samples=int(rows.shape[0]), extra=extra)
+
+    def fitted(self, draws: Draws, border_utilities: FloatArray, utilities: FloatArray) -> Fitted:
+        """The values from the coalitions drawn and their utilities, before the efficiency shift:
+        utilities (rows,) for one game, or (rows, columns) for several on the same draws (each column's
+        values are what a run on that game alone gives: the estimator is linear in the utilities)."""
+        m, rows = draws.border.shape[1], draws.rows
         everything = np.arange(rows.shape[0])
         folds = np.array_split(everything, 2) if self.cross_fit else [everything]
-        estimates, errors = [], []
+        estimates, errors, kind = [], [], "shares"
         for k, held_out in enumerate(folds):
             fit_on = (
                 np.concatenate([f for j, f in enumerate(folds) if j != k]) if self.cross_fit else held_out
             )
-            kind = self.surrogate_for(m, border.rows.shape[0] + fit_on.shape[0])
+            kind = self.surrogate_for(m, draws.border.shape[0] + fit_on.shape[0])
             coef = fit_surrogate(
-                np.concatenate([border.rows, rows[fit_on]]),
-                np.concatenate([border.utilities, utilities[fit_on]]),
+                np.concatenate([draws.border, rows[fit_on]]),
+                np.concatenate([border_utilities, utilities[fit_on]]),
                 kind,
             )
-            strata = StratumMeans(m)
-            strata.add_exact(border.rows, border.utilities - surrogate_features(border.rows, kind) @ coef)
+            strata = StratumMeans(m, utilities.shape[1:])
+            strata.add_exact(draws.border, border_utilities - surrogate_features(draws.border, kind) @ coef)
             held = rows[held_out]
             strata.add(held, utilities[held_out] - surrogate_features(held, kind) @ coef)
             residual = strata.estimate()
             estimates.append(surrogate_shapley(coef, m, kind) + residual.values)
             errors.append(residual.stderr)
-        return Outcome(
-            np.mean(estimates, axis=0),
-            np.sqrt(np.mean(np.square(errors), axis=0) / len(folds)),
-            samples=int(rows.shape[0]),
-            extra={"cross_fit": self.cross_fit, "surrogate": kind},
-        )
+        stderr = np.sqrt(np.mean(np.square(errors), axis=0) / len(folds))
+        return Fitted(np.mean(estimates, axis=0), stderr, kind)
+
+
+def by_column(
+    estimator: RegressionMSR, draws: Draws, columns: Callable[[BoolMatrix], FloatArray]
+) -> FloatArray:
+    """The values of several games (m, columns) that `estimator` would give, run on each alone with the
+    draws it made on their sum (extra["draws"] of a keep_draws run), in one pass: `columns` gives the
+    games' utilities of coalitions (rows, columns). Shifted, per game, to sum to its U(all) - U(empty)."""
+    border = columns(draws.border)
+    fitted = estimator.fitted(draws, border, columns(draws.rows))
+    sizes = draws.border.sum(axis=1)
+    gain = border[sizes == draws.border.shape[1]][0] - border[sizes == 0][0]
+    m = draws.border.shape[1]
+    return np.asarray(fitted.values + (gain - fitted.values.sum(axis=0)) / m, dtype=np.float64)

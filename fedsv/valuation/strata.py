@@ -24,34 +24,36 @@ class Estimate:
 
 class StratumMeans:
     """Running means of a utility over the coalitions of each size s that contain (in) or lack (out)
-    each player i.
+    each player i (of several games on the same coalitions at once: `columns`, the games' shape).
 
     The Shapley value is an equal-weight sum over sizes (Kolpaczki et al. 2024, stratified SVARM):
         s_i = 1/m sum_{s=1..m} mean_{A holds i, |A|=s} U(A) - 1/m sum_{s=0..m-1} mean_{A lacks i, |A|=s} U(A)
     A stratum filled with all its coalitions (a border size) is exact; a sampled one is a sample mean.
     """
 
-    def __init__(self, m: int) -> None:
+    def __init__(self, m: int, columns: tuple[int, ...] = ()) -> None:
         self.m = m
-        shape = (m, m + 1)
-        self.count_in, self.sum_in, self.sq_in = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-        self.count_out, self.sum_out, self.sq_out = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        shape, counted = (m, m + 1, *columns), (m, m + 1, *(1 for _ in columns))
+        self.count_in, self.sum_in, self.sq_in = np.zeros(counted), np.zeros(shape), np.zeros(shape)
+        self.count_out, self.sum_out, self.sq_out = np.zeros(counted), np.zeros(shape), np.zeros(shape)
         self.exact_sizes: set[int] = set()
 
     def add(self, members: BoolMatrix, values: FloatArray) -> None:
-        """Add coalitions (rows) with their utilities (or residuals) to every stratum they belong to."""
+        """Add coalitions (rows) with their utilities (or residuals) to every stratum they belong to;
+        `values` is (rows,), or (rows, *columns) for several games on the same coalitions at once."""
         members = np.asarray(members, dtype=bool)
         sizes = members.sum(axis=1)
+        counted = self.count_in.shape[2:]
         for s in np.unique(sizes):
             pick = sizes == s
             rows = members[pick].astype(np.float64)
             v = values[pick]
-            self.count_in[:, s] += rows.sum(axis=0)
-            self.sum_in[:, s] += v @ rows
-            self.sq_in[:, s] += (v * v) @ rows
-            self.count_out[:, s] += (1.0 - rows).sum(axis=0)
-            self.sum_out[:, s] += v @ (1.0 - rows)
-            self.sq_out[:, s] += (v * v) @ (1.0 - rows)
+            self.count_in[:, s] += rows.sum(axis=0).reshape(-1, *counted)
+            self.sum_in[:, s] += rows.T @ v
+            self.sq_in[:, s] += rows.T @ (v * v)
+            self.count_out[:, s] += (1.0 - rows).sum(axis=0).reshape(-1, *counted)
+            self.sum_out[:, s] += (1.0 - rows).T @ v
+            self.sq_out[:, s] += (1.0 - rows).T @ (v * v)
 
     def add_exact(self, members: BoolMatrix, values: FloatArray) -> None:
         """Add ALL coalitions of the sizes in `members` (whole border strata): those strata are then

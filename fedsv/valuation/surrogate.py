@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from fedsv.valuation.class_scores import CellGame, CellScores
+from fedsv.valuation.class_scores import CellScores
 from fedsv.valuation.estimator import Estimator, Outcome, Settings
 from fedsv.valuation.exact import ExactShapley, shapley_from_dense
-from fedsv.valuation.game import BoolMatrix, FloatArray, Game, MaskArray
-from fedsv.valuation.regression import RegressionMSR
+from fedsv.valuation.game import BoolMatrix, FloatArray, Game, MaskArray, bitmasks
+from fedsv.valuation.regression import RegressionMSR, by_column
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.target import ToTarget, first_allowance
 
@@ -124,7 +124,7 @@ class GameView(Game):
 @dataclass(frozen=True)
 class SurrogateValues:
     """The surrogate game's values: overall (m,), their standard errors (None: exact), per validation
-    cell (m, width) where the surrogate splits by cell and its values are exact, and what they cost."""
+    cell (m, width) where the surrogate splits by cell, and what they cost."""
 
     values: FloatArray
     stderr: FloatArray | None
@@ -135,30 +135,35 @@ class SurrogateValues:
 
 def surrogate_values(surrogate: Game, settings: Settings) -> SurrogateValues:
     """phi(G): exact over all 2^m coalitions up to SURROGATE_EXACT_PLAYERS, else regression with
-    SURROGATE_SAMPLES coalitions (seeded apart from the residual's draws)."""
+    SURROGATE_SAMPLES coalitions (seeded apart from the residual's draws). Per validation cell: read off
+    the exact table, or the regression's values of each cell's game on the same draws, in one pass
+    (regression.by_column: what a run on each cell's game alone would give)."""
     m, before = surrogate.m, surrogate.evaluations
+    store = surrogate.cell_scores()
     if m <= SURROGATE_EXACT_PLAYERS:
         exact = ExactShapley(max(m, settings.max_exact_players)).run(surrogate)
-        store = surrogate.cell_scores()
         table = store.table() if store is not None else None
         cells = shapley_from_dense(table) if table is not None else None
         return SurrogateValues(exact.values, None, cells, surrogate.evaluations - before)
     budget = min(2**m, SURROGATE_SAMPLES)
-    # on a fresh view: its draws do not depend on what G already evaluated, so a replay on some cells
-    # (surrogate_on) draws the same coalitions
-    sampled = RegressionMSR(budget, seed=settings.seed + 1).run(GameView(surrogate))
-    return SurrogateValues(sampled.values, sampled.stderr, None, surrogate.evaluations - before, budget)
+    sampler = RegressionMSR(budget, seed=settings.seed + 1, keep_draws=True)
+    sampled = sampler.run(GameView(surrogate))
+    cells = None
+    if store is not None:
+        per_cell = [[c] for c in range(store.width)]
+
+        def columns(rows: BoolMatrix) -> FloatArray:
+            masks = bitmasks(rows)
+            return np.stack([store.get(masks, cell) for cell in per_cell], axis=1)
+
+        cells = by_column(sampler, sampled.extra["draws"], columns)
+    return SurrogateValues(sampled.values, sampled.stderr, cells, surrogate.evaluations - before, budget)
 
 
-def surrogate_on(info: dict[str, Any], cells: slice | list[int], settings: Settings) -> FloatArray:
-    """A used surrogate's values on some validation cells (extra["control_variate"] of a corrected result):
-    read off its exact values per cell, or its regression replayed on those cells' game (the same
-    budget and seed: the coalitions it evaluated)."""
-    if info.get("cells") is not None:
-        return np.asarray(info["cells"][:, cells].sum(axis=1), dtype=np.float64)
-    store = info["game"].cell_scores()
-    replayed = RegressionMSR(info["budget"], seed=settings.seed + 1).run(CellGame(store, cells))
-    return replayed.values
+def surrogate_on(info: dict[str, Any], cells: slice | list[int]) -> FloatArray:
+    """A used surrogate's values on some validation cells (extra["control_variate"] of a corrected
+    result), summed over them (m,)."""
+    return np.asarray(info["cells"][:, cells].sum(axis=1), dtype=np.float64)
 
 
 class SurrogateCorrected(Estimator):
@@ -198,7 +203,7 @@ class SurrogateCorrected(Estimator):
             "evaluations": phi_g.evaluations,
             "cells": phi_g.cells,  # (m, width) or None: G's values per validation cell
             "budget": phi_g.budget,
-            "game": surrogate,  # G, its cell scores: what a split by label replays on (by_class)
+            "game": surrogate,  # G, its cell scores: what the residual's split by label reads (by_class)
         }
         residual_game = ResidualGame(game, surrogate)
         residual = self._with_base(info, surrogate).run(residual_game)
@@ -237,11 +242,14 @@ class SurrogateCorrected(Estimator):
         """The estimator, told the surrogate's values per validation fold (a noise target reads the
         folds' spread of U's values, not of the residual's)."""
         store = surrogate.cell_scores()
-        if not isinstance(self.estimator, ToTarget) or store is None or store.folds < 2:
+        if (
+            not isinstance(self.estimator, ToTarget)
+            or info["cells"] is None
+            or store is None
+            or store.folds < 2
+        ):
             return self.estimator
-        folds = np.stack(
-            [surrogate_on(info, store.fold(f), self.settings) for f in range(store.folds)], axis=1
-        )
+        folds = np.stack([surrogate_on(info, store.fold(f)) for f in range(store.folds)], axis=1)
         return self.estimator.with_fold_base(folds)
 
 
