@@ -71,15 +71,16 @@ def train_round(
     y_val: np.ndarray,
     participants: int,
     seed: int = 0,
+    rounds: int = TRAIN_ROUNDS,
 ) -> RealRound:
-    """TRAIN_ROUNDS rounds of FedAvg over an IID partition; returns the last round's inputs."""
+    """`rounds` rounds of FedAvg over an IID partition; returns the last round's inputs."""
     input_shape = (int(x_train.shape[1]), int(x_train.shape[2]), int(x_train.shape[3]))
     model = build_model(model_name, input_shape, seed=seed)
     global_params = params_of(model)
     parts = partition_indices(y_train, participants, "iid", seed)
     counts = [len(p) for p in parts]
     deltas: list[dict[str, Tensor]] = []
-    for t in range(TRAIN_ROUNDS):
+    for t in range(rounds):
         if t > 0:
             global_params = apply_delta(global_params, fedavg(deltas, counts))
         deltas = [
@@ -87,7 +88,7 @@ def train_round(
             for i, p in enumerate(parts)
         ]
     describe = (
-        f"{model_name}: {participants} IID participants x {counts[0]} samples, round {TRAIN_ROUNDS} of "
+        f"{model_name}: {participants} IID participants x {counts[0]} samples, round {rounds} of "
         f"FedAvg (local: {TRAIN_CONFIG.epochs} epoch, batch {TRAIN_CONFIG.batch_size}, lr {TRAIN_CONFIG.lr})"
     )
     return RealRound(
