@@ -47,7 +47,7 @@ def vertices(rnd: RealRound, name: str) -> Tensor:
     return torch.stack([base, *(base + d[name].double() for d in rnd.deltas)])
 
 
-def proved(rnd: RealRound, model: nn.Sequential, predicted: Tensor) -> Tensor:
+def proved(rnd: RealRound, model: nn.Module, predicted: Tensor) -> Tensor:
     """Images (a bool mask) the interval bound proves every coalition classifies as `predicted`."""
     x = rnd.x_val.double().flatten(1)
     linears = [(name, layer) for name, layer in model.named_children() if isinstance(layer, nn.Linear)]
