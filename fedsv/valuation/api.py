@@ -23,11 +23,16 @@ from fedsv.valuation.target import FALLBACK_STDERR, ToTarget, first_allowance
 
 logger = logging.getLogger(__name__)
 
-SURROGATE_SECONDS = 0.2
-"""Beyond SURROGATE_EXACT_PLAYERS, a sampler's first attempt must take this long for a surrogate to
-pay for its set-up: at m = 20 about 1.2 s (the linearization, the pilot, 16,384 of its coalitions),
-against a plain sampler that needs some 7 first attempts where the corrected one needs 1.5 (the MLP:
-362 coalitions in 0.25 s, 2,753 coalitions plain against 543 corrected, 3.5 s against 1.7 s)."""
+SURROGATE_SECONDS = 1.2
+"""Beyond SURROGATE_EXACT_PLAYERS, the surrogate's set-up: at m = 20 on 1,000 validation images about
+1.2 s (the linearization, the pilot's arithmetic, 16,384 of its coalitions). It pays where the plain
+sampler's attempts after its first would take longer (surrogate_pays)."""
+
+PLAIN_FIRST_ATTEMPTS = 2.0
+"""A plain sampler reaches a noise target f after about PLAIN_FIRST_ATTEMPTS / f^2 first attempts'
+worth of coalitions (its errors fall as one over the root of its coalitions). The MLP at m = 20 took
+815 coalitions at f = 1 and 2,753 at f = 0.5, 2.3 and 7.6 first attempts of 362; a corrected sampler
+stopped at 1 and 1.5."""
 
 AUTO_SAMPLER = "regression"
 """What "auto" samples with when exact does not fit: the most accurate method per evaluation in
@@ -140,9 +145,9 @@ def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: floa
         else:
             method, reason = auto_by_budget(m, spec, budget, seconds_per_evaluation)
     if spec.targeted and REGISTRY[method].sampling:
-        surrogate = spec.surrogate and surrogate_pays(m, seconds_per_evaluation)
+        surrogate = spec.surrogate and surrogate_pays(m, seconds_per_evaluation, spec.noise_fraction)
         if spec.surrogate and not surrogate:
-            reason += f"; no surrogate: {first_allowance(m)} coalitions cost less than its set-up"
+            reason += "; no surrogate: the coalitions it would save cost less than its set-up"
         return Plan(
             m,
             spec.method,
@@ -159,15 +164,17 @@ def plan(m: int, spec: ValuationSpec | None = None, seconds_per_evaluation: floa
     return Plan(m, spec.method, method, evaluations, seconds_per_evaluation, reason=reason)
 
 
-def surrogate_pays(m: int, seconds_per_evaluation: float | None) -> bool:
-    """Whether a surrogate may correct the sampler: its set-up (the linearization, and beyond
-    SURROGATE_EXACT_PLAYERS its sampled values, about a second of arithmetic) is
-    worth it where the coalitions are costly, the sampler's first attempt taking SURROGATE_SECONDS or
-    more at the measured cost; up to SURROGATE_EXACT_PLAYERS, or with no cost measured, the pilot alone
-    decides (surrogate.SurrogateCorrected). Read off the plan, so a replayed plan decides alike."""
+def surrogate_pays(m: int, seconds_per_evaluation: float | None, noise_fraction: float | None) -> bool:
+    """Whether a surrogate may correct the sampler. Up to SURROGATE_EXACT_PLAYERS, or with no cost
+    measured, the pilot alone decides (surrogate.SurrogateCorrected). Beyond, its set-up
+    (SURROGATE_SECONDS) must be worth what it saves: about the plain sampler's attempts after its first,
+    PLAIN_FIRST_ATTEMPTS / f^2 - 1 first attempts at the measured cost (f: the noise fraction; 1 for an
+    absolute target). Read off the plan, so a replayed plan decides alike."""
     if m <= SURROGATE_EXACT_PLAYERS or seconds_per_evaluation is None:
         return True
-    return first_allowance(m) * seconds_per_evaluation >= SURROGATE_SECONDS
+    fraction = 1.0 if noise_fraction is None else noise_fraction
+    saved = first_allowance(m) * seconds_per_evaluation * (PLAIN_FIRST_ATTEMPTS / fraction**2 - 1.0)
+    return saved >= SURROGATE_SECONDS
 
 
 def _cost(m: int, seconds_per_evaluation: float | None) -> str:

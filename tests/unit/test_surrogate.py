@@ -295,6 +295,9 @@ def test_auto_plans_the_surrogate_only_where_the_coalitions_pay_for_its_set_up()
     cheap, costly = plan(20, spec, 0.0001), plan(20, spec, 0.0007)  # a tiny model's and the MLP's
     assert not cheap.surrogate and "no surrogate" in cheap.reason
     assert costly.surrogate and "no surrogate" not in costly.reason
+    loose = ValuationSpec(target_stderr=0.002, noise_fraction=1.0, exact_seconds=1e-9)
+    assert not plan(20, loose, 0.0007).surrogate  # at f = 1 a plain sampler stops soon enough
+    assert plan(20, loose, 0.014).surrogate  # the MNIST CNN's coalitions
     assert plan(10, spec, 0.0007).surrogate  # exact surrogate values: the pilot alone decides
     assert not plan(
         20, ValuationSpec(target_stderr=0.002, noise_fraction=0.5, surrogate=False), 0.0007
