@@ -93,10 +93,10 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
 
     label_values, labels = replayed([store.label(c) for c in range(store.classes)])
     zeros = np.zeros(game.m)
-    classes = ClassValues(
-        label_values,
-        np.stack([zeros if r.stderr is None else r.stderr for r in labels], axis=1),
-    )
+    label_stderr = np.stack([zeros if r.stderr is None else r.stderr for r in labels], axis=1)
+    if surrogate.get("used") and surrogate.get("label_stderr") is not None:  # G's own, independent
+        label_stderr = np.sqrt(np.square(label_stderr) + np.square(surrogate["label_stderr"]))
+    classes = ClassValues(label_values, label_stderr)
     if store.folds == 1:
         return SplitValues(classes, None)
     fold_games = [CellGame(store, store.fold(f)) for f in range(store.folds)]

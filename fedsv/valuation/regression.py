@@ -201,15 +201,15 @@ class RegressionMSR(StratifiedEstimator):
         return Fitted(np.mean(estimates, axis=0), stderr, kind)
 
 
-def by_column(
-    estimator: RegressionMSR, draws: Draws, columns: Callable[[BoolMatrix], FloatArray]
-) -> FloatArray:
-    """The values of several games (m, columns) that `estimator` would give, run on each alone with the
-    draws it made on their sum (extra["draws"] of a keep_draws run), in one pass: `columns` gives the
-    games' utilities of coalitions (rows, columns). Shifted, per game, to sum to its U(all) - U(empty)."""
+def by_column(estimator: RegressionMSR, draws: Draws, columns: Callable[[BoolMatrix], FloatArray]) -> Fitted:
+    """The values and standard errors of several games (m, columns) that `estimator` would give, run on
+    each alone with the draws it made on their sum (extra["draws"] of a keep_draws run), in one pass:
+    `columns` gives the games' utilities of coalitions (rows, columns). Shifted, per game, to sum to its
+    U(all) - U(empty)."""
     border = columns(draws.border)
     fitted = estimator.fitted(draws, border, columns(draws.rows))
     sizes = draws.border.sum(axis=1)
     gain = border[sizes == draws.border.shape[1]][0] - border[sizes == 0][0]
     m = draws.border.shape[1]
-    return np.asarray(fitted.values + (gain - fitted.values.sum(axis=0)) / m, dtype=np.float64)
+    values = np.asarray(fitted.values + (gain - fitted.values.sum(axis=0)) / m, dtype=np.float64)
+    return Fitted(values, fitted.stderr, fitted.kind)

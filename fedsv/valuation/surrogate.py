@@ -131,6 +131,7 @@ class SurrogateValues:
     cells: FloatArray | None
     evaluations: int
     budget: int | None = None  # a sampled surrogate's regression budget (seeded settings.seed + 1)
+    label_stderr: FloatArray | None = None  # a sampled surrogate's errors per validation label (m, classes)
 
 
 def surrogate_values(surrogate: Game, settings: Settings) -> SurrogateValues:
@@ -148,16 +149,26 @@ def surrogate_values(surrogate: Game, settings: Settings) -> SurrogateValues:
     budget = min(2**m, SURROGATE_SAMPLES)
     sampler = RegressionMSR(budget, seed=settings.seed + 1, keep_draws=True)
     sampled = sampler.run(GameView(surrogate))
-    cells = None
-    if store is not None:
-        per_cell = [[c] for c in range(store.width)]
+    if store is None:
+        return SurrogateValues(sampled.values, sampled.stderr, None, surrogate.evaluations - before, budget)
+    draws, classes = sampled.extra["draws"], store.classes
 
-        def columns(rows: BoolMatrix) -> FloatArray:
-            masks = bitmasks(rows)
-            return np.stack([store.get(masks, cell) for cell in per_cell], axis=1)
+    def by_cell(rows: BoolMatrix) -> FloatArray:
+        masks = bitmasks(rows)
+        return np.stack([store.get(masks, [cell]) for cell in range(store.width)], axis=1)
 
-        cells = by_column(sampler, sampled.extra["draws"], columns)
-    return SurrogateValues(sampled.values, sampled.stderr, cells, surrogate.evaluations - before, budget)
+    def labels(rows: BoolMatrix) -> FloatArray:  # cells are label * folds + fold
+        return by_cell(rows).reshape(rows.shape[0], classes, -1).sum(axis=2)
+
+    per_cell, per_label = by_column(sampler, draws, by_cell), by_column(sampler, draws, labels)
+    return SurrogateValues(
+        sampled.values,
+        sampled.stderr,
+        per_cell.values,
+        surrogate.evaluations - before,
+        budget,
+        per_label.stderr,
+    )
 
 
 def surrogate_on(info: dict[str, Any], cells: slice | list[int]) -> FloatArray:
@@ -203,6 +214,7 @@ class SurrogateCorrected(Estimator):
             "evaluations": phi_g.evaluations,
             "cells": phi_g.cells,  # (m, width) or None: G's values per validation cell
             "budget": phi_g.budget,
+            "label_stderr": phi_g.label_stderr,  # (m, classes) where G's values are sampled, else None
             "game": surrogate,  # G, its cell scores: what the residual's split by label reads (by_class)
         }
         residual_game = ResidualGame(game, surrogate)

@@ -160,6 +160,11 @@ def test_beyond_sixteen_players_the_surrogates_values_are_sampled_and_still_add_
     for cell in (0, store.width // 2, store.width - 1):  # one pass over every cell = a run on each alone
         alone = RegressionMSR(2**14, seed=4).run(CellGame(store, [cell])).values
         np.testing.assert_allclose(info["cells"][:, cell], alone, atol=1e-9)
+    assert info["label_stderr"].shape == (m, store.classes)
+    for label in (0, store.classes - 1):  # G's own error per label, for the split by label
+        run = RegressionMSR(2**14, seed=4).run(CellGame(store, store.label(label)))
+        assert run.stderr is not None and np.all(run.stderr > 0)
+        np.testing.assert_allclose(info["label_stderr"][:, label], run.stderr, rtol=1e-9)
     assert result.evaluations < 2**m // 8
     folds = np.asarray(result.extra["target"]["fold_values"])
     np.testing.assert_allclose(folds.sum(axis=1), result.values, atol=1e-9)
