@@ -85,7 +85,7 @@ def split_values(game: Game, chosen: Plan, spec: ValuationSpec, result: Valuatio
 
     def replayed(cells: list[slice]) -> tuple[FloatArray, list[ValuationResult]]:
         """The sampler's values on each of `cells` (m, len(cells)), with G's own added back."""
-        runs = [_replay(CellGame(sampled, c), chosen, spec, result) for c in cells]
+        runs = [_replay(CellGame(sampled, c, game.resolution), chosen, spec, result) for c in cells]
         values = np.stack([r.values for r in runs], axis=1)
         if surrogate.get("used"):
             values += np.stack([surrogate_on(surrogate, c) for c in cells], axis=1)

@@ -134,11 +134,11 @@ class ClassScores:
 class CellGame(Game):
     """The game of some cells of the validation set (one label, one fold, or one of each), read from a
     round game's ClassScores: it evaluates nothing itself, so an estimator replayed on it must ask for
-    coalitions the round game evaluated."""
+    coalitions the round game evaluated. `resolution`: the round game's (Game.resolution)."""
 
-    def __init__(self, store: CellScores, cells: slice | list[int]) -> None:
+    def __init__(self, store: CellScores, cells: slice | list[int], resolution: float | None = None) -> None:
         super().__init__(store.m)
-        self.store, self.cells = store, cells
+        self.store, self.cells, self.resolution = store, cells, resolution
 
     def _evaluate(self, members: BoolMatrix) -> FloatArray:
         return self.store.get(bitmasks(members), self.cells)

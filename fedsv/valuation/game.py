@@ -83,6 +83,11 @@ class Game:
     computes_on_cpu: bool = True
     """Its work runs on this process's CPU threads, so their CPU time measures it (api.measure_cost)."""
 
+    resolution: float | None = None
+    """The utilities' smallest step where they lie on a lattice (an accuracy over n validation samples:
+    1/n), else None: a sampler that sees no spread in a stratum then states the spread that a step it
+    did not see could have (strata.StratumMeans)."""
+
     def __init__(self, m: int) -> None:
         if int(m) < 1:
             raise ValueError(f"a game needs at least one player, got m={m}")

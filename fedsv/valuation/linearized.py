@@ -46,6 +46,7 @@ class LinearizedRound(Game):
         self.base, self.tangents = _linearize(inputs, model, compute)
         self.class_scores = ClassScores(inputs.m, inputs.classes, shares)
         self.computes_on_cpu = inputs.device.type == "cpu"
+        self.resolution = 1.0 / inputs.num_samples if inputs.metric == "accuracy" else None
 
     def cell_scores(self) -> ClassScores:
         return self.class_scores

@@ -166,16 +166,23 @@ class RegressionMSR(StratifiedEstimator):
 
     def from_border(self, budget: EvaluationBudget, border: Border) -> Outcome:
         rows, utilities = sample_strata(budget, interior_sizes(budget.game.m, border.sizes), self.rng())
-        fitted = self.fitted(Draws(border.rows, rows), border.utilities, utilities)
+        fitted = self.fitted(Draws(border.rows, rows), border.utilities, utilities, budget.game.resolution)
         extra: dict[str, Any] = {"cross_fit": self.cross_fit, "surrogate": fitted.kind}
         if self.keep_draws:
             extra["draws"] = Draws(border.rows, rows)
         return Outcome(fitted.values, fitted.stderr, samples=int(rows.shape[0]), extra=extra)
 
-    def fitted(self, draws: Draws, border_utilities: FloatArray, utilities: FloatArray) -> Fitted:
+    def fitted(
+        self,
+        draws: Draws,
+        border_utilities: FloatArray,
+        utilities: FloatArray,
+        resolution: float | None = None,
+    ) -> Fitted:
         """The values from the coalitions drawn and their utilities, before the efficiency shift:
         utilities (rows,) for one game, or (rows, columns) for several on the same draws (each column's
-        values are what a run on that game alone gives: the estimator is linear in the utilities)."""
+        values are what a run on that game alone gives: the estimator is linear in the utilities).
+        `resolution`: the games' Game.resolution, for the errors."""
         m, rows = draws.border.shape[1], draws.rows
         everything = np.arange(rows.shape[0])
         folds = np.array_split(everything, 2) if self.cross_fit else [everything]
@@ -190,7 +197,7 @@ class RegressionMSR(StratifiedEstimator):
                 np.concatenate([border_utilities, utilities[fit_on]]),
                 kind,
             )
-            strata = StratumMeans(m, utilities.shape[1:])
+            strata = StratumMeans(m, utilities.shape[1:], resolution)
             strata.add_exact(draws.border, border_utilities - surrogate_features(draws.border, kind) @ coef)
             held = rows[held_out]
             strata.add(held, utilities[held_out] - surrogate_features(held, kind) @ coef)
@@ -201,13 +208,18 @@ class RegressionMSR(StratifiedEstimator):
         return Fitted(np.mean(estimates, axis=0), stderr, kind)
 
 
-def by_column(estimator: RegressionMSR, draws: Draws, columns: Callable[[BoolMatrix], FloatArray]) -> Fitted:
+def by_column(
+    estimator: RegressionMSR,
+    draws: Draws,
+    columns: Callable[[BoolMatrix], FloatArray],
+    resolution: float | None = None,
+) -> Fitted:
     """The values and standard errors of several games (m, columns) that `estimator` would give, run on
     each alone with the draws it made on their sum (extra["draws"] of a keep_draws run), in one pass:
-    `columns` gives the games' utilities of coalitions (rows, columns). Shifted, per game, to sum to its
-    U(all) - U(empty)."""
+    `columns` gives the games' utilities of coalitions (rows, columns), on a lattice of step
+    `resolution` where not None. Shifted, per game, to sum to its U(all) - U(empty)."""
     border = columns(draws.border)
-    fitted = estimator.fitted(draws, border, columns(draws.rows))
+    fitted = estimator.fitted(draws, border, columns(draws.rows), resolution)
     sizes = draws.border.sum(axis=1)
     gain = border[sizes == draws.border.shape[1]][0] - border[sizes == 0][0]
     m = draws.border.shape[1]

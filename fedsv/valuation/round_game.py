@@ -156,6 +156,7 @@ class RoundGame(Game):
         self.mode = self.executor.mode
         self.computed_by = f"mode {self.mode!r} on {self.device} ({self.precision}): {reason}"
         self.computes_on_cpu = self.device.type == "cpu"
+        self.resolution = 1.0 / self.inputs.num_samples if metric == "accuracy" else None
         self._surrogate: LinearizedRound | None = None
         self._no_surrogate = False  # the model could not be linearized: no forward-mode derivative
         _tell(model, f"RoundGame {self.computed_by}")

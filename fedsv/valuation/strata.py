@@ -31,8 +31,8 @@ class StratumMeans:
     A stratum filled with all its coalitions (a border size) is exact; a sampled one is a sample mean.
     """
 
-    def __init__(self, m: int, columns: tuple[int, ...] = ()) -> None:
-        self.m = m
+    def __init__(self, m: int, columns: tuple[int, ...] = (), resolution: float | None = None) -> None:
+        self.m, self.resolution = m, resolution
         shape, counted = (m, m + 1, *columns), (m, m + 1, *(1 for _ in columns))
         self.count_in, self.sum_in, self.sq_in = np.zeros(counted), np.zeros(shape), np.zeros(shape)
         self.count_out, self.sum_out, self.sq_out = np.zeros(counted), np.zeros(shape), np.zeros(shape)
@@ -79,25 +79,47 @@ class StratumMeans:
         mean_out = np.where(self.count_out > 0, mean_out, pooled[None, :])
         values = (mean_in[:, 1:].sum(axis=1) - mean_out[:, :m].sum(axis=1)) / m
         exact = np.array([s in self.exact_sizes for s in range(m + 1)])
-        se_in = _variance_of_mean(self.count_in, self.sum_in, self.sq_in, var_in, exact)
-        se_out = _variance_of_mean(self.count_out, self.sum_out, self.sq_out, var_out, exact)
+        se_in = _variance_of_mean(self.count_in, self.sum_in, self.sq_in, var_in, exact, self.resolution)
+        se_out = _variance_of_mean(self.count_out, self.sum_out, self.sq_out, var_out, exact, self.resolution)
         stderr = np.sqrt(se_in[:, 1:].sum(axis=1) + se_out[:, :m].sum(axis=1)) / m
         return Estimate(values, stderr)
 
 
+def unseen_step_variance(count: FloatArray, resolution: float | None) -> FloatArray:
+    """The least variance a stratum of `count` samples of a utility on a lattice of step `resolution`
+    is stated with: that of a step it did not see, at the rate a 95% one-sided bound allows after
+    `count` samples without one (q = 1 - 0.05^(1/count), about 3/count; capped at 1/2). Zero where the
+    utility is not on a lattice.
+
+    A sample variance of zero is no proof of zero spread: an accuracy whose residual against a good
+    surrogate is zero on every sampled coalition can still differ by one validation sample on others.
+    """
+    if resolution is None:
+        return np.zeros_like(count)
+    rate = np.minimum(1.0 - 0.05 ** (1.0 / np.maximum(count, 1.0)), 0.5)
+    return np.asarray(resolution**2 * rate * (1.0 - rate), dtype=np.float64)
+
+
 def _variance_of_mean(
-    count: FloatArray, total: FloatArray, squares: FloatArray, var: FloatArray, exact: npt.NDArray[np.bool_]
+    count: FloatArray,
+    total: FloatArray,
+    squares: FloatArray,
+    var: FloatArray,
+    exact: npt.NDArray[np.bool_],
+    resolution: float | None = None,
 ) -> FloatArray:
     """Per stratum (player, size) the variance of its mean: var / count, 0 for exact sizes.
 
     A stratum with fewer than two samples has no spread of its own: it takes the pooled variance of
     every player's stratum of that size (one sample's worth when it has none and its mean is the
-    pooled mean). Where no stratum of a sampled size has two samples, the variance is infinite.
+    pooled mean). Where no stratum of a sampled size has two samples, the variance is infinite. A
+    utility on a lattice has at least the variance of a step not seen (unseen_step_variance).
     """
     pooled_count = count.sum(axis=0)
     _, pooled_var = _mean_var(pooled_count, total.sum(axis=0), squares.sum(axis=0))
     pooled_var = np.where(pooled_count >= 2, pooled_var, np.inf)
     own = np.where(count >= 2, var, pooled_var[None, :])
+    own = np.maximum(own, unseen_step_variance(count, resolution))
     out = own / np.maximum(count, 1.0)
     out[:, exact] = 0.0
     return np.asarray(out, dtype=np.float64)

@@ -75,6 +75,8 @@ class ResidualGame(Game):
         super().__init__(game.m)
         self.game, self.cheap = game, surrogate
         self.computes_on_cpu = game.computes_on_cpu
+        same = game.resolution is not None and game.resolution == surrogate.resolution
+        self.resolution = game.resolution if same else None  # U - G on U's lattice where G shares it
         self._seen: list[tuple[FloatArray, FloatArray]] = []  # (U, G) of every batch evaluated
 
     def explained(self) -> float:
@@ -109,7 +111,7 @@ class GameView(Game):
     def __init__(self, game: Game) -> None:
         super().__init__(game.m)
         self.game = game
-        self.computes_on_cpu = game.computes_on_cpu
+        self.computes_on_cpu, self.resolution = game.computes_on_cpu, game.resolution
 
     def prepare(self) -> None:
         self.game.prepare()
@@ -160,7 +162,8 @@ def surrogate_values(surrogate: Game, settings: Settings) -> SurrogateValues:
     def labels(rows: BoolMatrix) -> FloatArray:  # cells are label * folds + fold
         return by_cell(rows).reshape(rows.shape[0], classes, -1).sum(axis=2)
 
-    per_cell, per_label = by_column(sampler, draws, by_cell), by_column(sampler, draws, labels)
+    step = surrogate.resolution
+    per_cell, per_label = by_column(sampler, draws, by_cell, step), by_column(sampler, draws, labels, step)
     return SurrogateValues(
         sampled.values,
         sampled.stderr,

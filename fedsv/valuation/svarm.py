@@ -20,7 +20,7 @@ class StratifiedSVARM(StratifiedEstimator):
     method = "svarm"
 
     def from_border(self, budget: EvaluationBudget, border: Border) -> Outcome:
-        strata = StratumMeans(budget.game.m)
+        strata = StratumMeans(budget.game.m, resolution=budget.game.resolution)
         strata.add_exact(border.rows, border.utilities)
         rows, utilities = sample_strata(budget, interior_sizes(budget.game.m, border.sizes), self.rng())
         strata.add(rows, utilities)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedsv.valuation.border import border_sizes, coalitions_of_size, interior_sizes
-from fedsv.valuation.exact import ExactShapley, all_coalitions, shapley_from_table
+from fedsv.valuation.exact import ExactShapley, all_coalitions, shapley_from_dense, shapley_from_table
 from fedsv.valuation.regression import (
     SURROGATES,
     RegressionMSR,
@@ -178,3 +178,51 @@ def test_regression_beats_plain_stratification_on_a_fedavg_shaped_game() -> None
         return float(np.median([np.max(np.abs(v - exact)) for v in runs]))
 
     assert median_error("regression") < median_error("svarm")
+
+
+def sparse_step_table(m: int, steps: int, resolution: float, seed: int) -> np.ndarray:
+    """A utility on a lattice that is flat but for one step up on a few interior coalitions: what an
+    accuracy's residual against a surrogate that follows it closely looks like."""
+    rng = np.random.default_rng(seed)
+    sizes = all_coalitions(m).sum(axis=1)
+    interior = np.flatnonzero((sizes > 1) & (sizes < m - 1))
+    table = np.zeros(2**m)
+    table[rng.choice(interior, size=steps, replace=False)] = resolution
+    return table
+
+
+@pytest.mark.parametrize("name", ["svarm", "regression"])
+def test_a_lattice_utility_flat_on_every_sample_is_not_stated_exact(name: str) -> None:
+    """m = 8, a step of 0.02 on 6 of the 256 coalitions, 60 evaluations: many runs sample no step and
+    see no spread at all. A sample variance of zero would state those values exact while they miss the
+    steps' share; with the game's resolution the error is never zero and covers the truth."""
+    m, resolution = 8, 0.02
+    covered, total, flat = 0, 0, 0
+    for seed in range(40):
+        table = sparse_step_table(m, 6, resolution, seed)
+        truth = shapley_from_dense(table)
+        game = TableGame(table)
+        game.resolution = resolution
+        result = ESTIMATORS[name](60, seed).run(game)
+        assert result.stderr is not None and np.all(result.stderr > 0)
+        errors = np.abs(result.values - truth)
+        flat += int(np.all(errors == np.abs(truth)))  # no step seen: every value is 0
+        covered += int(np.sum(errors <= 2 * result.stderr))
+        total += m
+    assert flat >= 5  # the case this is about occurs
+    assert covered / total >= 0.9
+
+
+def test_the_unseen_step_floor_is_zero_off_a_lattice_and_falls_with_the_samples() -> None:
+    border = np.concatenate([coalitions_of_size(4, s) for s in (0, 1, 3, 4)])
+    rows = np.array([[True, False, True, False], [False, True, False, True]] * 5)
+
+    def flat(resolution: float | None, repeats: int) -> np.ndarray:
+        strata = StratumMeans(4, resolution=resolution)
+        strata.add_exact(border, np.zeros(border.shape[0]))
+        strata.add(np.concatenate([rows] * repeats), np.zeros(10 * repeats))
+        return strata.estimate().stderr
+
+    assert np.all(flat(None, 1) == 0)  # off a lattice, zero spread is taken as seen
+    few, many = flat(0.01, 1), flat(0.01, 10)
+    assert np.all(few > many) and np.all(many > 0)
