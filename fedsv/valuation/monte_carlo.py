@@ -14,6 +14,7 @@ import numpy.typing as npt
 from fedsv.valuation.budget import EvaluationBudget, check_budget
 from fedsv.valuation.estimator import Estimator, Outcome, Settings, ends
 from fedsv.valuation.game import Game
+from fedsv.valuation.strata import unseen_step_variance
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +52,11 @@ def check_count(value: int | None, what: str) -> int | None:
 
 
 class RunningMoments:
-    """Per-column mean and sum of squared deviations over batches of rows (Chan et al. merge)."""
+    """Per-column mean and sum of squared deviations over batches of rows (Chan et al. merge).
+    `resolution`: the samples' lattice step where they lie on one (strata.unseen_step_variance)."""
 
-    def __init__(self, m: int) -> None:
+    def __init__(self, m: int, resolution: float | None = None) -> None:
+        self.resolution = resolution
         self.count = 0
         self.mean = np.zeros(m)
         self.m2 = np.zeros(m)
@@ -71,10 +74,13 @@ class RunningMoments:
         self.count = total
 
     def stderr(self) -> npt.NDArray[np.float64]:
-        """Sample standard deviation / sqrt(count); NaN with fewer than two rows."""
+        """Sample standard deviation / sqrt(count), the variance at least that of a lattice step not
+        seen; NaN with fewer than two rows."""
         if self.count < 2:
             return np.full(self.mean.shape, np.nan)
-        return np.asarray(np.sqrt(self.m2 / (self.count - 1) / self.count), dtype=np.float64)
+        floor = unseen_step_variance(np.full(self.mean.shape, float(self.count)), self.resolution)
+        variance = np.maximum(self.m2 / (self.count - 1), floor)
+        return np.asarray(np.sqrt(variance / self.count), dtype=np.float64)
 
 
 @dataclass
@@ -150,10 +156,15 @@ class MonteCarloEstimator(Estimator):
     def estimate(self, game: Game) -> Outcome:
         budget = None if self.budget is None else EvaluationBudget(game, self.budget)
         empty, grand = ends(game, budget)
-        draws = Draws(game, budget, np.random.default_rng(self.seed), RunningMoments(game.m), empty)
+        moments = RunningMoments(game.m, self.sample_resolution(game))
+        draws = Draws(game, budget, np.random.default_rng(self.seed), moments, empty)
         self.sample(draws)
         stats = draws.stats
         return Outcome(*self.values(stats, empty, grand), empty, grand, stats.count, self.extra())
+
+    def sample_resolution(self, game: Game) -> float | None:
+        """The lattice step of the samples (None: not on one), for their standard errors."""
+        return None
 
     @abstractmethod
     def sample(self, draws: Draws) -> None:

@@ -118,6 +118,10 @@ class PermutationSampling(MonteCarloEstimator):
         else:
             self._run_budgeted(draws.budget, limit, draws.rng, draws.stats, draws.empty)
 
+    def sample_resolution(self, game: Game) -> float | None:
+        """Marginals are differences of two utilities: on the game's lattice, if it has one."""
+        return game.resolution
+
     def values(
         self, stats: RunningMoments, empty: float, grand: float
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
