@@ -87,16 +87,15 @@ class StratumMeans:
 
 def unseen_step_variance(count: FloatArray, resolution: float | None) -> FloatArray:
     """The least variance a stratum of `count` samples of a utility on a lattice of step `resolution`
-    is stated with: that of a step it did not see, at the rate a 95% one-sided bound allows after
-    `count` samples without one (q = 1 - 0.05^(1/count), about 3/count; capped at 1/2). Zero where the
-    utility is not on a lattice.
+    is stated with: that of a step it did not see, at its expected rate after `count` samples without
+    one (a Jeffreys prior: 1 / (2 count + 2)). Zero where the utility is not on a lattice.
 
     A sample variance of zero is no proof of zero spread: an accuracy whose residual against a good
     surrogate is zero on every sampled coalition can still differ by one validation sample on others.
     """
     if resolution is None:
         return np.zeros_like(count)
-    rate = np.minimum(1.0 - 0.05 ** (1.0 / np.maximum(count, 1.0)), 0.5)
+    rate = 0.5 / (np.maximum(count, 0.0) + 1.0)
     return np.asarray(resolution**2 * rate * (1.0 - rate), dtype=np.float64)
 
 
