@@ -150,7 +150,7 @@ def surrogate_values(surrogate: Game, settings: Settings) -> SurrogateValues:
         return SurrogateValues(exact.values, None, cells, surrogate.evaluations - before)
     budget = min(2**m, SURROGATE_SAMPLES)
     sampler = RegressionMSR(budget, seed=settings.seed + 1, keep_draws=True)
-    sampled = sampler.run(GameView(surrogate))
+    sampled = sampler.run(GameView(surrogate))  # a fresh memo: the draws do not depend on the pilot's
     if store is None:
         return SurrogateValues(sampled.values, sampled.stderr, None, surrogate.evaluations - before, budget)
     draws, classes = sampled.extra["draws"], store.classes
