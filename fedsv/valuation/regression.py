@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,15 +210,16 @@ class RegressionMSR(StratifiedEstimator):
 def by_column(
     estimator: RegressionMSR,
     draws: Draws,
-    columns: Callable[[BoolMatrix], FloatArray],
+    border: FloatArray,
+    utilities: FloatArray,
     resolution: float | None = None,
 ) -> Fitted:
     """The values and standard errors of several games (m, columns) that `estimator` would give, run on
     each alone with the draws it made on their sum (extra["draws"] of a keep_draws run), in one pass:
-    `columns` gives the games' utilities of coalitions (rows, columns), on a lattice of step
-    `resolution` where not None. Shifted, per game, to sum to its U(all) - U(empty)."""
-    border = columns(draws.border)
-    fitted = estimator.fitted(draws, border, columns(draws.rows), resolution)
+    `border` and `utilities` are the games' utilities of the draws' border and sampled coalitions
+    (rows, columns), on a lattice of step `resolution` where not None. Shifted, per game, to sum to its
+    U(all) - U(empty)."""
+    fitted = estimator.fitted(draws, border, utilities, resolution)
     sizes = draws.border.sum(axis=1)
     gain = border[sizes == draws.border.shape[1]][0] - border[sizes == 0][0]
     m = draws.border.shape[1]

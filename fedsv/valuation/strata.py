@@ -95,7 +95,7 @@ def unseen_step_variance(count: FloatArray, resolution: float | None) -> FloatAr
     """
     if resolution is None:
         return np.zeros_like(count)
-    rate = 0.5 / (np.maximum(count, 0.0) + 1.0)
+    rate = 0.5 / (count + 1.0)
     return np.asarray(resolution**2 * rate * (1.0 - rate), dtype=np.float64)
 
 

@@ -153,17 +153,18 @@ def surrogate_values(surrogate: Game, settings: Settings) -> SurrogateValues:
     sampled = sampler.run(GameView(surrogate))  # a fresh memo: the draws do not depend on the pilot's
     if store is None:
         return SurrogateValues(sampled.values, sampled.stderr, None, surrogate.evaluations - before, budget)
-    draws, classes = sampled.extra["draws"], store.classes
+    draws, step = sampled.extra["draws"], surrogate.resolution
 
-    def by_cell(rows: BoolMatrix) -> FloatArray:
+    def by_cell(rows: BoolMatrix) -> FloatArray:  # (rows, width): G's utility per validation cell
         masks = bitmasks(rows)
         return np.stack([store.get(masks, [cell]) for cell in range(store.width)], axis=1)
 
-    def labels(rows: BoolMatrix) -> FloatArray:  # cells are label * folds + fold
-        return by_cell(rows).reshape(rows.shape[0], classes, -1).sum(axis=2)
+    def by_label(cells: FloatArray) -> FloatArray:  # cells are label * folds + fold
+        return cells.reshape(cells.shape[0], store.classes, -1).sum(axis=2)
 
-    step = surrogate.resolution
-    per_cell, per_label = by_column(sampler, draws, by_cell, step), by_column(sampler, draws, labels, step)
+    border, rows = by_cell(draws.border), by_cell(draws.rows)
+    per_cell = by_column(sampler, draws, border, rows, step)
+    per_label = by_column(sampler, draws, by_label(border), by_label(rows), step)
     return SurrogateValues(
         sampled.values,
         sampled.stderr,
