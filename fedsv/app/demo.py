@@ -110,7 +110,9 @@ def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
             delta = task.local_update(model, global_params, samples, context, corruption)
             updates.append(ClientUpdate(participant_id(r), delta, declared[r]))
         referee = ValidationReferee(model, global_params, validation)
-        guarded = guard_updates(updates, config.norm_bound(), config.guard(), memory, declared, referee)
+        guarded = guard_updates(
+            updates, config.norm_bound(), config.guard(), memory, declared, referee, global_params
+        )
         updates = guarded.updates  # as the coordinator screens them
         if not updates:
             raise ValueError(f"every update of round {t} was over update_norm_bound")

@@ -183,12 +183,14 @@ class RoundLoop:
             self.guard,
             self.state.sessions.declared_counts(),
             referee,
+            self.params,
         )
         bounded = guarded.bounded
         reasons = {
             **dict.fromkeys(bounded.rejected, "norm_rejected"),
             **dict.fromkeys(guarded.turned_away, "direction_rejected"),
             **dict.fromkeys(guarded.null, "null_update"),
+            **dict.fromkeys(guarded.mimic, "public_step"),
             **dict.fromkeys(guarded.worse, "round_worse"),
             **dict.fromkeys(guarded.held, "quarantined"),
         }
@@ -230,6 +232,15 @@ class RoundLoop:
                     said[reason],
                     cosine,
                 )
+        for pid, along in guarded.mimic.items():
+            self.metrics.reject("public_step")
+            logger.warning(
+                "round %d: %s's update carries nothing beyond the global model's recent steps (%.0f%% of "
+                "it along them): a free rider's, rejected",
+                closed.round,
+                pid,
+                100 * along,
+            )
         closed.effects = guarded.evidence
         self._report_reputation(closed.round, guarded)
         return guarded.updates

@@ -1,11 +1,13 @@
 """Participant corruptions: the paper's label flipping and pixel backdoor, a scaled (poisoned) delta, and
-free riders' updates (noise in place of a delta, the global model sent back untrained)."""
+free riders' updates (noise in place of a delta, the global model sent back untrained, the federation's
+own recent step replayed from the global models it received)."""
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
@@ -168,6 +170,9 @@ class Corruption:
     declared_samples: int = 0  # a lie about its sample count (FedAvg's weight); 0: the true count
     noise_norm: float = 0.0  # a free rider: Gaussian noise of this L2 norm sent in place of its delta
     replay: bool = False  # a free rider: the global model sent back untrained (a zero delta)
+    mimic: float | None = None  # a free rider: the federation's step (w_t - w_s) / (t - s), plus noise
+    # of this many times its norm (None: not a mimic)
+    seen: MimicMemory = field(default_factory=lambda: MimicMemory(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.noise_norm) and self.noise_norm >= 0):
@@ -176,6 +181,8 @@ class Corruption:
             raise ValueError(f"label_flip_ratio must lie in [0, 1], got {self.label_flip_ratio}")
         if not math.isfinite(self.delta_scale):
             raise ValueError(f"delta_scale must be a finite number, got {self.delta_scale}")
+        if self.mimic is not None and not (math.isfinite(self.mimic) and self.mimic >= 0):
+            raise ValueError(f"mimic's noise must be a finite multiple >= 0 of the step, got {self.mimic}")
         if not 0 <= self.declared_samples <= 2**63 - 1:
             raise ValueError(
                 f"declared_samples must be 0 (the true count) or positive, got {self.declared_samples}"
@@ -190,28 +197,42 @@ class Corruption:
             and self.declared_samples == 0
             and self.noise_norm == 0.0
             and not self.replay
+            and self.mimic is None
         )
 
     @property
-    def trains(self) -> bool:
-        """Whether the participant trains at all (a replaying or noise-sending free rider does not)."""
-        return not (self.replay or self.noise_norm > 0)
+    def touches_data(self) -> bool:
+        """Whether it changes the participant's data (flipped labels, a backdoor), not only what it sends."""
+        return self.label_flip_ratio > 0 or self.backdoor is not None
 
-    def send(self, delta: dict[str, Tensor], seed: int) -> dict[str, Tensor]:
+    @property
+    def trains(self) -> bool:
+        """Whether the participant trains at all (a replaying, mimicking or noise-sending free rider
+        does not)."""
+        return not (self.replay or self.noise_norm > 0 or self.mimic is not None)
+
+    def send(
+        self,
+        delta: dict[str, Tensor],
+        seed: int,
+        global_state: Mapping[str, Tensor] | None = None,
+        round: int = 0,
+    ) -> dict[str, Tensor]:
         """The update the participant sends in place of `delta` (its real one, or zeros of its shape
-        where it does not train): zeros when replaying, seeded noise of noise_norm when sending noise,
-        else the delta times delta_scale."""
+        where it does not train): zeros when replaying, the federation's own recent step when mimicking
+        (from `global_state`, w_t of `round`, and the last global model it received), seeded noise of
+        noise_norm when sending noise, else the delta times delta_scale."""
         if self.replay:
             return {k: torch.zeros_like(t) for k, t in delta.items()}
+        if self.mimic is not None:
+            step = self.seen.step(delta, global_state, round)
+            if self.mimic > 0:
+                size = math.sqrt(sum(float((t.double() ** 2).sum()) for t in step.values()))
+                noise = _noise(step, self.mimic * size, seed)
+                step = {k: step[k] + noise[k] for k in step}
+            return step
         if self.noise_norm > 0:
-            generator = torch.Generator().manual_seed(seed)
-            floats = [k for k, t in delta.items() if t.is_floating_point()]
-            noise = {k: torch.randn(delta[k].shape, generator=generator, dtype=torch.float64) for k in floats}
-            norm = math.sqrt(sum(float((n * n).sum()) for n in noise.values()))
-            scale = self.noise_norm / norm if norm > 0 else 0.0
-            sent = {k: torch.zeros_like(t) for k, t in delta.items()}
-            sent.update({k: (noise[k] * scale).to(delta[k].dtype).to(delta[k].device) for k in floats})
-            return sent
+            return _noise(delta, self.noise_norm, seed)
         return self.scale_delta(delta)
 
     def declared(self, true_count: int) -> int:
@@ -261,7 +282,47 @@ class Corruption:
             parts.append(f"noise:{self.noise_norm:g}")
         if self.replay:
             parts.append("replay")
+        if self.mimic is not None:
+            parts.append("mimic" + (f":{self.mimic:g}" if self.mimic else ""))
         return "+".join(parts) or "none"
+
+
+class MimicMemory:
+    """What a mimicking free rider keeps between the rounds it is selected in: the last global model it
+    received and that model's round (nothing is learned from data)."""
+
+    def __init__(self) -> None:
+        self.round = 0
+        self.model: dict[str, Tensor] | None = None
+
+    def step(
+        self, like: Mapping[str, Tensor], global_state: Mapping[str, Tensor] | None, round: int
+    ) -> dict[str, Tensor]:
+        """(w_t - w_s) / (t - s) from w_t (`global_state`, round t) and the last model received, w_s;
+        zeros of `like`'s shapes the first time (no step seen yet). Remembers w_t."""
+        step = {k: torch.zeros_like(t) for k, t in like.items()}
+        if global_state is None:
+            return step
+        if self.model is not None and round > self.round:
+            gap = round - self.round
+            for k, t in step.items():
+                if t.is_floating_point() and k in self.model and k in global_state:
+                    step[k] = ((global_state[k].to(t.device) - self.model[k]) / gap).to(t.dtype)
+        self.round = round
+        self.model = {k: t.detach().clone().to(like[k].device) for k, t in global_state.items() if k in like}
+        return step
+
+
+def _noise(like: Mapping[str, Tensor], norm: float, seed: int) -> dict[str, Tensor]:
+    """Seeded Gaussian noise of L2 norm `norm` over `like`'s floating tensors (zeros elsewhere)."""
+    generator = torch.Generator().manual_seed(seed)
+    floats = [k for k, t in like.items() if t.is_floating_point()]
+    noise = {k: torch.randn(like[k].shape, generator=generator, dtype=torch.float64) for k in floats}
+    total = math.sqrt(sum(float((n * n).sum()) for n in noise.values()))
+    scale = norm / total if total > 0 else 0.0
+    sent = {k: torch.zeros_like(t) for k, t in like.items()}
+    sent.update({k: (noise[k] * scale).to(like[k].dtype).to(like[k].device) for k in floats})
+    return sent
 
 
 _BACKDOOR_OPTIONS = {"target": "target_label", "per_batch": "per_batch", "batch_size": "batch_size"}
@@ -289,7 +350,9 @@ def parse_corruption(spec: str) -> Corruption:
     classes), "backdoor", "backdoor:target=7[,per_batch=20,batch_size=64]", "scale:10" (the update
     boosted), "count:10000000" (a false sample count declared), or several joined with "+"
     ("flip:0.2+backdoor", "scale:-1+count:10000000"); free riders: "noise:0.01" (Gaussian noise of that
-    L2 norm sent in place of a delta, no training) and "replay" (the global model sent back untrained)."""
+    L2 norm sent in place of a delta, no training), "replay" (the global model sent back untrained) and
+    "mimic" or "mimic:NOISE" (the federation's own recent step, (w_t - w_s) / (t - s) from the global
+    models it received, plus Gaussian noise of NOISE times its norm: the disguised free rider)."""
     text = spec.strip().lower()
     if text in ("", "none", "clean"):
         return Corruption()
@@ -300,6 +363,7 @@ def parse_corruption(spec: str) -> Corruption:
     declared = 0
     noise = 0.0
     replay = False
+    mimic: float | None = None
     for part in text.split("+"):
         kind, _, arg = part.strip().partition(":")
         if kind == "flip":
@@ -340,10 +404,19 @@ def parse_corruption(spec: str) -> Corruption:
                 raise ValueError(f"bad corruption {spec!r}: noise's norm must be a finite number > 0")
         elif kind == "replay" and not arg:
             replay = True
+        elif kind == "mimic":
+            try:
+                mimic = float(arg) if arg else 0.0
+            except ValueError:
+                raise ValueError(
+                    f"bad corruption {spec!r}: mimic takes its noise as a multiple of the step, e.g. mimic:1"
+                ) from None
+            if not (math.isfinite(mimic) and mimic >= 0):
+                raise ValueError(f"bad corruption {spec!r}: mimic's noise must be a finite number >= 0")
         else:
             raise ValueError(
                 f"unknown corruption {spec!r}; use none, flip:RATIO[:own], backdoor, backdoor:target=LABEL, "
-                "scale:FACTOR, count:SAMPLES, noise:NORM or replay"
+                "scale:FACTOR, count:SAMPLES, noise:NORM, replay or mimic[:NOISE]"
             )
     return Corruption(
         label_flip_ratio=ratio,
@@ -353,6 +426,7 @@ def parse_corruption(spec: str) -> Corruption:
         declared_samples=declared,
         noise_norm=noise,
         replay=replay,
+        mimic=mimic,
     )
 
 

@@ -16,10 +16,12 @@ step leaves alone a round whose updates are alike and acts on an update that sta
    point apart, the one whose removal alone lowers that loss is turned away. Sign flips, minus the
    others' mean and reversed updates under a large declared count are caught; the tests and
    docs/deployment.md give the attack matrix and the honest runs that stay FedAvg.
-4. **Free riders and colluders** (`update_screen`): an update that carries no information (norm 0, or a
-   random direction) is turned away as null; when the round's FedAvg still raises the validation loss
-   beyond its noise, updates pointing against the descent beyond the tolerance are dropped until it
-   does not. Only updates that passed every check enter the memory.
+4. **Free riders and colluders** (`update_screen`, `public_steps`): an update that carries no information
+   (norm 0, or a random direction) is turned away as null, and one that carries nothing beyond the
+   global model's recent steps but noise (a mimic replaying the federation's own step) as a mimic's;
+   when the round's FedAvg still raises the validation loss beyond its noise, updates pointing against
+   the descent beyond the tolerance are dropped until it does not. Only updates that passed every check
+   enter the memory.
 5. **Reputation** (`reputation`): every update's effect on the validation loss of the round's aggregate
    is recorded; a member whose updates keep making it worse, beyond the validation set's noise and the
    federation's own spread, is quarantined (valued, not aggregated) until its updates stop doing so.
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from torch import Tensor
 
+from fedsv.fl.public_steps import PublicSteps, mimicked
 from fedsv.fl.referee import Referee
 from fedsv.fl.reputation import Evidence, Reputation, ReputationChange, marginals
 from fedsv.fl.state import fedavg
@@ -79,11 +82,13 @@ update may lie below their median: how far a skewed federation's honest updates 
 class GuardMemory:
     """What the guard remembers across rounds (and a checkpoint keeps): the norms of the updates it
     accepted in the last rounds, and per participant the lowest cosines its accepted updates had with
-    the validation descent and with the round's other updates."""
+    the validation descent and with the round's other updates; and, in memory only, the global model's
+    recent steps (public_steps)."""
 
     norms: deque[list[float]] = field(default_factory=deque)
     lowest: dict[str, tuple[float, float]] = field(default_factory=dict)
     reputation: Reputation = field(default_factory=Reputation)
+    public: PublicSteps = field(default_factory=PublicSteps, compare=False, repr=False)
 
     def remember(self, accepted: Sequence[float], keep: int) -> None:
         self.norms.append(list(accepted))
@@ -139,6 +144,7 @@ class GuardedRound:
     turned_away: dict[str, float]  # participant -> its cosine with the descent, rejected for direction
     null: dict[str, float] = field(default_factory=dict)  # the same, turned away as null (free riders)
     worse: dict[str, float] = field(default_factory=dict)  # the same, dropped from a round found worse
+    mimic: dict[str, float] = field(default_factory=dict)  # nothing beyond the recent steps: share along them
     held: dict[str, float] = field(default_factory=dict)  # quarantined: participant -> its update's effect
     evidence: dict[str, Evidence] = field(default_factory=dict)  # every update's effect (reputation)
     reputation: ReputationChange = field(default_factory=ReputationChange)  # who entered or left quarantine
@@ -246,10 +252,14 @@ def guard_updates(
     memory: GuardMemory,
     federation_counts: Sequence[int],
     referee: Referee | None = None,
+    global_params: Mapping[str, Tensor] | None = None,
 ) -> GuardedRound:
     """Screen a round's updates (in their order): quarantined members' held back, weights capped, the norm
     bound with memory, the direction check and the screens; the memory learns from the kept updates only,
-    and the reputation from every update's effect."""
+    and the reputation from every update's effect. `global_params`: w_t, whose step from the last round's
+    the mimic screen learns (none: that screen learns nothing)."""
+    if global_params is not None:
+        memory.public.observe(global_params)
     weighted, capped = cap_counts(updates, federation_counts, settings.count_multiple)
     quarantine = memory.reputation.quarantined if settings.quarantine and referee is not None else set()
     holding = [u for u in weighted if u.participant in quarantine]
@@ -262,6 +272,7 @@ def guard_updates(
     turned_away: dict[str, float] = {}
     null: dict[str, float] = {}
     worse: dict[str, float] = {}
+    mimic: dict[str, float] = {}
     found: Direction | None = None
     if settings.direction and referee is not None:
         turned_away, found = direction_outliers(bounded.updates, memory, referee)
@@ -272,11 +283,13 @@ def guard_updates(
             typical = typical_norm([*bounded.norms.values(), *memory.past()], smaller_of_few=False)
             null = null_updates(rest, bounded.norms, typical, found.descent, found.others)
             rest = [u for u in rest if u.participant not in null]
+            mimic = mimicked(rest, memory.public, referee.descent())
+            rest = [u for u in rest if u.participant not in mimic]
             worse = worse_round(rest, referee, found.descent, memory.tolerance())
-            if null or worse:
+            if null or worse or mimic:
                 rest = [u for u in rest if u.participant not in worse]
                 found = directions(rest, referee) if len(rest) >= 2 else None
-    dropped = {**turned_away, **null, **worse}
+    dropped = {**turned_away, **null, **mimic, **worse}
     kept = [u for u in bounded.updates if u.participant not in dropped]
     memory.remember(
         [bounded.norms[u.participant] for u in kept if u.participant not in bounded.clipped],
@@ -290,9 +303,11 @@ def guard_updates(
     if settings.quarantine and referee is not None:
         kept_ids = {u.participant for u in kept}
         others = [
-            u for u in [*weighted, *holding] if u.participant not in kept_ids and u.participant not in null
+            u
+            for u in [*weighted, *holding]
+            if u.participant not in kept_ids and u.participant not in null and u.participant not in mimic
         ]
         evidence = marginals(referee, kept, others)
         change = memory.reputation.observe(evidence, sorted(kept_ids))
     held = {u.participant: evidence[u.participant].effect for u in holding}
-    return GuardedRound(kept, bounded, capped, turned_away, null, worse, held, evidence, change)
+    return GuardedRound(kept, bounded, capped, turned_away, null, worse, mimic, held, evidence, change)

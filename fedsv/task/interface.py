@@ -233,7 +233,7 @@ class LoadedTask:
         else:  # a simulated free rider: no training, its update of the delta's shape
             delta = {name: torch.zeros_like(t) for name, t in global_state.items()}
         send = getattr(corruption, "send", None)
-        return send(delta, context.seed) if send is not None else delta
+        return send(delta, context.seed, global_state, context.round) if send is not None else delta
 
     def _train(
         self,

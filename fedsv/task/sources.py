@@ -42,14 +42,17 @@ def rank_source(template: str, rank: int, dataset: str) -> str:
 def rank_samples(
     task: LoadedTask, source: str, rank: int, settings: SimulationSettings, corruption: str = "none"
 ) -> tuple[Samples, Corruption | None]:
-    """A participant's own samples and the corruption it trains with (simulated shards only)."""
+    """A participant's own samples and the corruption it trains with: one of its data (flipped labels, a
+    backdoor) on simulated shards only; one of what it sends (a scaled delta, a false count, a free
+    rider's noise, replay or mimicry) on any data."""
     if is_simulated(source):
         simulation = Simulation.parse(source, settings.data_dir, settings.seed, settings.holdout)
         samples, parsed = simulation.shard(rank, settings.world_size, settings.partition, corruption)
         return samples, parsed
-    if not parse_corruption(corruption).is_clean:
+    parsed = parse_corruption(corruption)
+    if parsed.touches_data:
         raise TaskError(f"corruption {corruption!r} applies to simulated data only, not to {source}")
-    return task.local_data(source), None
+    return task.local_data(source), None if parsed.is_clean else parsed
 
 
 def evaluation_samples(task: LoadedTask, source: str, which: str, settings: SimulationSettings) -> Samples:

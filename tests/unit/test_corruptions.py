@@ -144,7 +144,7 @@ def test_parse_corruption() -> None:
     assert parse_corruption("flip:0.1:own") == Corruption(label_flip_ratio=0.1, flip_own_classes=True)
     specs = ("none", "flip:0.1", "flip:0.2:own", "backdoor", "backdoor:target=7",
              "flip:0.3+backdoor:per_batch=10", "backdoor+scale:10", "noise:0.01",
-             "replay+count:10000000")  # fmt: skip
+             "replay+count:10000000", "mimic", "mimic:0.5+count:1000")  # fmt: skip
     for spec in specs:
         assert parse_corruption(parse_corruption(spec).describe()) == parse_corruption(spec)
     for bad in (
@@ -159,6 +159,9 @@ def test_parse_corruption() -> None:
         "noise:0",
         "noise:nan",
         "replay:1",
+        "mimic:x",
+        "mimic:-1",
+        "mimic:inf",
     ):
         with pytest.raises(ValueError):
             parse_corruption(bad)
@@ -191,3 +194,24 @@ def test_free_riders_send_zeros_or_seeded_noise_of_their_norm_and_do_not_train()
         parse_corruption("scale:-3").send(delta, seed=0)["w"][0, 0] == -3
         and parse_corruption("scale:-3").trains
     )
+
+
+def test_a_mimic_sends_the_federations_own_step_from_the_models_it_received() -> None:
+    """mimic: no training; the first time zeros (no step seen), then (w_t - w_s) / (t - s) exactly from
+    the last global model it received; mimic:NOISE adds seeded noise of NOISE times the step's norm."""
+    like = {"w": torch.zeros(50, 4), "steps": torch.tensor(0)}
+    w = {r: {"w": torch.full((50, 4), float(r * r)), "steps": torch.tensor(r)} for r in (1, 3, 4)}
+    mimic = parse_corruption("mimic")
+    assert not mimic.trains and not mimic.is_clean and mimic.describe() == "mimic"
+    assert float(mimic.send(like, 0, w[1], 1)["w"].abs().sum()) == 0
+    step = mimic.send(like, 0, w[3], 3)["w"]
+    assert torch.equal(step, torch.full((50, 4), (9.0 - 1.0) / 2))
+    assert int(mimic.send(like, 0, w[4], 4)["steps"]) == 0
+    noisy = parse_corruption("mimic:2")
+    noisy.send(like, 5, w[1], 1)
+    sent = noisy.send(like, 5, w[3], 3)["w"]
+    exact = torch.full((50, 4), 4.0)
+    assert float((sent - exact).norm()) == pytest.approx(2 * float(exact.norm()), rel=1e-5)
+    again = parse_corruption("mimic:2")
+    again.send(like, 5, w[1], 1)
+    assert torch.equal(again.send(like, 5, w[3], 3)["w"], sent)  # seeded

@@ -1,0 +1,92 @@
+"""The guard's mimic screen (fl.public_steps): an update that carries nothing beyond the global model's
+recent steps, or nothing but noise beyond them, is turned away; honest members' real SGD updates, from
+much data or little, IID or each holding two classes, never are."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedsv.data.corruptions import parse_corruption
+from fedsv.fl.aggregation import aggregate
+from fedsv.fl.evaluation import EvalSet
+from fedsv.fl.public_steps import PublicSteps, mimicked
+from fedsv.fl.referee import ValidationReferee
+from fedsv.fl.state import params_of
+from fedsv.fl.update_bounds import NormBound
+from fedsv.fl.update_guard import GuardMemory, GuardSettings, guard_updates
+from fedsv.fl.updates import ClientUpdate
+from fedsv.task.training import TrainConfig, local_update
+
+CLASSES, FEATURES = 4, 24
+
+
+def _data(rng: np.random.Generator, n: int, classes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    centers = np.random.default_rng(99).normal(size=(CLASSES, FEATURES))
+    y = rng.choice(classes, size=n)
+    return (centers[y] + rng.normal(scale=1.5, size=(n, FEATURES))).astype(np.float32), y.astype(np.int64)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Linear(32, CLASSES))
+
+
+def _federation(skewed: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Eight members: 200 samples each but two with 15 (little data); each of two classes if skewed."""
+    rng = np.random.default_rng(1)
+    sizes = [200, 200, 200, 15, 200, 200, 15, 200]
+    return [
+        _data(rng, n, [k % CLASSES, (k + 1) % CLASSES] if skewed else list(range(CLASSES)))
+        for k, n in enumerate(sizes)
+    ]
+
+
+@pytest.mark.parametrize("skewed", [False, True])
+@pytest.mark.parametrize("rider", ["mimic", "mimic:1", "mimic:3", "noise at the honest norm", None])
+def test_a_mimic_is_turned_away_and_honest_members_never_are(skewed: bool, rider: str | None) -> None:
+    members = _federation(skewed)
+    model = _model()
+    params = params_of(model)
+    validation = EvalSet(*_data(np.random.default_rng(7), 300, list(range(CLASSES))))
+    memory, config = GuardMemory(), TrainConfig(epochs=2, batch_size=10, lr=0.05)
+    corruption = parse_corruption("mimic" if rider is None else rider.replace(" at the honest norm", ":1"))
+    caught: list[int] = []
+    for t in range(1, 9):
+        updates = [
+            ClientUpdate(f"p{k}", local_update(model, params, x, y, config, seed=100 * t + k), len(y))
+            for k, (x, y) in enumerate(members)
+        ]
+        if rider is not None:
+            if rider.startswith("noise"):
+                norm = float(np.median([float(u.delta["0.weight"].norm()) for u in updates]))
+                sent = parse_corruption(f"noise:{norm}").send(dict(updates[0].delta), seed=t)
+            else:
+                sent = corruption.send(dict(updates[0].delta), t, params, t)
+            updates.append(ClientUpdate("p999", sent, 200))
+        referee = ValidationReferee(model, params, validation)
+        guarded = guard_updates(updates, NormBound(), GuardSettings(), memory, [200] * 9, referee, params)
+        assert set(guarded.mimic) <= {"p999"}, (t, guarded.mimic)  # never an honest member
+        assert set(guarded.null) <= {"p999"}, t  # (the direction check is test_update_guard's)
+        if "p999" in guarded.mimic or "p999" in guarded.null or "p999" in guarded.bounded.rejected:
+            caught.append(t)
+        params = aggregate(params, guarded.updates, t)
+    if rider is not None:  # from the first round with a step to compare with, every round
+        assert caught == list(range(1 if rider.startswith("mimic") else 2, 9)), caught
+
+
+def test_the_steps_span_a_mimics_step_from_any_of_the_kept_rounds_and_forget_older_ones() -> None:
+    public = PublicSteps(keep=3)
+    models = [{"w": torch.full((5,), float(t * t)), "b": torch.full((2,), float(t))} for t in range(6)]
+    for w in models:
+        public.observe(w)
+    assert len(public.steps) == 3 and public.names == ["b", "w"]
+    basis = public.basis()
+    assert basis is not None and basis.shape == (2, 7)  # every step lies in a plane: (1, 2t+1) over b, w
+    step = {k: (models[5][k] - models[2][k]) / 3 for k in ("w", "b")}
+    flat = public.flat(step)
+    assert float((flat - basis.T @ (basis @ flat)).norm()) < 1e-9 * float(flat.norm())
+    public.observe({"w": torch.zeros(5)})  # another model: the steps start again
+    assert public.basis() is None and mimicked([ClientUpdate("p0", step, 1)], public, step) == {}
