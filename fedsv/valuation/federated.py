@@ -90,14 +90,14 @@ class FederatedValuation:
 
     def totals(self) -> dict[str, dict[str, float]]:
         """Per participant, the totals of TOTAL_KEYS: the sums(), fedsv_completed (completed()) and
-        fedsv_shrunk (each member's effect on its rounds, shrunk by its noise: shrinkage.py)."""
+        fedsv_shrunk (each member's effect on its rounds, shrunk by its noise towards the members the
+        verdict cannot tell it from: shrinkage.py, valuation_noise.verdict_groups)."""
         out = self.sums()
         out["fedsv_completed"], out["fedsv_shrunk"] = {}, {}
         if self._rounds:
             ids, completed = self.completed()
             out["fedsv_completed"] = dict(zip(ids, map(float, completed.totals), strict=True))
-            matrices = self.matrices()
-            shrunk = matrices.shrinkage.apply(matrices.fedsv)
+            shrunk = self.uncertainty().shrunk(self.matrices().fedsv, np.asarray(completed.totals))
             out["fedsv_shrunk"] = dict(zip(ids, map(float, shrunk), strict=True))
         return {key: out[key] for key in TOTAL_KEYS}
 

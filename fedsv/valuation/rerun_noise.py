@@ -15,7 +15,7 @@ draw give the training-and-selection part; their difference, the initial model's
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,7 +79,8 @@ def training_noise(
     excess = np.where(mask, np.maximum(training, 0.0), 0.0)
     per_round_excess = np.maximum(np.where(mask, training, 0.0).sum(axis=1), 0.0)
     counts = mask.sum(axis=1)
-    pooled = float(per_round_excess.sum() / observed)
+    rows = counts > 0
+    pooled = float(np.median(per_round_excess[rows] / counts[rows])) if rows.any() else 0.0
     per_round = (per_round_excess + POOLING * pooled) / (counts + POOLING)
     scaled = np.where(mask, excess / np.maximum(per_round, 1e-300)[:, None], 0.0)
     member = (scaled.sum(axis=0) + POOLING) / (mask.sum(axis=0) + POOLING)
@@ -89,44 +90,80 @@ def training_noise(
     return estimate(residual, seen, mask, noise, model, seed)
 
 
-def simulate(
+@dataclass(frozen=True)
+class Replicate:
+    """One simulated rerun: its selections, the updates aggregated, the values (the noise model's plus
+    fresh noise, the first round's gain moved by a draw of the initial models' spread, unless that draw
+    is off) and the standard normal draws that scale the validation set's fold deviations."""
+
+    mask: BoolArray
+    accepted: BoolArray
+    values: FloatArray
+    folds: FloatArray
+
+
+def replicates(
     noise: TrainingNoise,
     selected: Sequence[int],
     rate: FloatArray,  # each member's share of selected updates aggregated
-    model: Model | None,  # the completion's (None: nothing missing)
-    completed: bool,  # take the completed and the shrunk values too
-    validation: FloatArray | None,  # (F, T, N) fold deviations: the validation set's noise (None: none)
-    replicates: int,
+    folds: int,  # how many fold deviations the validation set's noise is drawn over
+    count: int,
     seed: int,
     initial: float = 0.0,  # the SD of the first round's gain over initial models
-    shrunk_center: FloatArray | None = None,  # the model the shrunk value's reruns start from
-) -> dict[str, FloatArray]:
-    """Each member's totals over simulated reruns, (replicates, N): the sum and the normalized sum; if
-    `completed`, the completed and the shrunk value too (the shrunk refitted in every rerun,
-    with a draw of the validation set's noise, persistent over rounds as the folds show it, in its
-    values: the spread it is fitted to holds that noise in a real run too). Each round selects afresh,
-    each selected update is aggregated as often as the member's were."""
+) -> list[Replicate]:
+    """Simulated reruns: each round selects m_t of the N members afresh, each selected update is
+    aggregated as often as the member's were."""
     rounds, members = noise.center.shape
     rng = np.random.default_rng(seed)
-    weights = np.asarray(selected, dtype=np.float64) / members
-    draws: dict[str, list[FloatArray]] = {"sum": [], "normalized": [], "completed": [], "shrunk": []}
-    for _ in range(replicates):
+    out = []
+    for _ in range(count):
         order = rng.random((rounds, members)).argsort(axis=1).argsort(axis=1)
         mask = order < np.asarray(selected)[:, None]
         accepted = mask & (rng.random((rounds, members)) < rate[None, :])
         values = noise.draw(rng)
         values[0] -= initial * rng.standard_normal() / max(selected[0], 1)
-        observed = np.where(accepted, values, 0.0)
-        draws["sum"].append(observed.sum(axis=0))
-        draws["normalized"].append((observed / norms(values, accepted)[:, None]).sum(axis=0))
+        out.append(Replicate(mask, accepted, values, rng.standard_normal(folds)))
+    return out
+
+
+def simulate(
+    draws: Sequence[Replicate], selected: Sequence[int], model: Model | None, completed: bool, seed: int
+) -> dict[str, FloatArray]:
+    """Each member's totals over simulated reruns, (replicates, N): the sum and the normalized sum; if
+    `completed`, the completed value too (the completion refitted with `model` in every rerun)."""
+    weights = np.asarray(selected, dtype=np.float64) / draws[0].values.shape[1] if draws else np.ones(0)
+    out: dict[str, list[FloatArray]] = {"sum": [], "normalized": [], "completed": []}
+    for draw in draws:
+        observed = np.where(draw.accepted, draw.values, 0.0)
+        out["sum"].append(observed.sum(axis=0))
+        out["normalized"].append((observed / norms(draw.values, draw.accepted)[:, None]).sum(axis=0))
         if completed:
-            draws["completed"].append(completed_totals(values, mask, accepted, weights, model, seed))
-            if shrunk_center is not None:
-                values = values - noise.center + shrunk_center
-            if validation is not None:
-                values = values + np.tensordot(rng.standard_normal(validation.shape[0]), validation, axes=1)
-            draws["shrunk"].append(Shrinkage.fit(values, mask, accepted, weights).apply(values))
-    return {key: np.array(d) for key, d in draws.items() if d}
+            out["completed"].append(
+                completed_totals(draw.values, draw.mask, draw.accepted, weights, model, seed)
+            )
+    return {key: np.array(d) for key, d in out.items() if d}
+
+
+def simulate_shrunk(
+    draws: Sequence[Replicate],
+    selected: Sequence[int],
+    noise_center: FloatArray,
+    shrunk_center: FloatArray,
+    validation: FloatArray | None,
+    groups: Sequence[Sequence[int]] | None,
+) -> FloatArray:
+    """The shrunk value's totals over the same simulated reruns (replicates, N), refitted in every rerun
+    with the run's groups, from members that spread as its fit estimates (`shrunk_center`), with a draw
+    of the validation set's noise, persistent over rounds as the folds show it, in its values (the
+    spread it is fitted to holds that noise in a real run too)."""
+    out = []
+    for draw in draws:
+        weights = np.asarray(selected, dtype=np.float64) / draw.values.shape[1]
+        values = draw.values - noise_center + shrunk_center
+        if validation is not None:
+            values = values + np.tensordot(draw.folds, validation, axes=1)
+        out.append(Shrinkage.fit(values, draw.mask, draw.accepted, weights, groups).apply(values))
+    return np.array(out)
 
 
 def spread(draws: FloatArray) -> FloatArray:
@@ -144,14 +181,29 @@ class RerunPart:
     rerun: dict[str, FloatArray]
     initial: dict[str, FloatArray]
     relative: dict[str, FloatArray]  # training and selection, each member against the members' mean
+    shrinkage: Shrinkage  # the shrunk value's fit, with the groups `grouping` gave
+    groups: list[list[int]] | None  # those groups (None: one group)
     shrunk: FloatArray | None = None
     shrunk_fixed_start: FloatArray | None = None
 
 
-def rerun_part(matrices: RoundMatrices, model: Model | None, replicates: int, seed: int) -> RerunPart:
+Grouping = Callable[[FloatArray], list[list[int]] | None]
+"""The shrunk value's groups (column indices; None: one group) from the completed value's
+training-and-selection part of its error against the members' mean."""
+
+
+def rerun_part(
+    matrices: RoundMatrices,
+    model: Model | None,
+    count: int,
+    seed: int,
+    grouping: Grouping | None = None,
+) -> RerunPart:
     """Each total's training-and-selection part and initial model's part, from simulated reruns: the
     same reruns (the same draws) with and without the initial models' spread, their difference the
-    initial model's effect. LOO's initial part is 0: a member's LOO does not split the pot."""
+    initial model's effect. LOO's initial part is 0: a member's LOO does not split the pot. The shrunk
+    value is fitted with the groups `grouping` finds from the completed value's part, and refitted
+    with them in every simulated rerun."""
     ids = len(matrices.ids)
     unknown = np.full(ids, math.nan)
     accepted, rate = matrices.accepted, acceptance(matrices.mask, matrices.accepted)
@@ -165,32 +217,39 @@ def rerun_part(matrices: RoundMatrices, model: Model | None, replicates: int, se
     )
     members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
     relative = dict(out)
-    result = RerunPart(out, initial_out, relative)
+    groups = grouping(relative["fedsv_completed"]) if grouping is not None else None
+    shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights, groups)
+    result = RerunPart(out, initial_out, relative, shrinkage, groups)
+    folds = 0 if validation is None else validation.shape[0]
     if fedsv is not None:
         initial = matrices.initial_spread
-        fitted = matrices.shrinkage.as_fitted(fedsv.center)
-        runs = [
-            simulate(
-                fedsv, matrices.selected, rate, model, True, validation, replicates, seed, spread_, fitted
-            )
+        draws = [
+            replicates(fedsv, matrices.selected, rate, folds, count, seed, spread_)
             for spread_ in (0.0, np.nan_to_num(initial))
         ]
-        fixed, moved = runs
+        fixed, moved = (simulate(d, matrices.selected, model, True, seed) for d in draws)
         names = {"fedsv": "sum", "fedsv_normalized": "normalized", "fedsv_completed": "completed"}
         out |= {key: spread(fixed[name]) for key, name in names.items()}
         relative |= {key: spread(centered(fixed[name], members)) for key, name in names.items()}
         if not math.isnan(initial):
             initial_out |= {key: spread(moved[name] - fixed[name]) for key, name in names.items()}
-        shrunk = None if math.isnan(initial) else moved["shrunk"]
-        result = RerunPart(out, initial_out, relative, shrunk, fixed["shrunk"])
+        groups = grouping(relative["fedsv_completed"]) if grouping is not None else None
+        shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights, groups)
+        fitted = shrinkage.as_fitted(fedsv.center)
+        shrunk_fixed, shrunk_moved = (
+            simulate_shrunk(d, matrices.selected, fedsv.center, fitted, validation, groups) for d in draws
+        )
+        shrunk = None if math.isnan(initial) else shrunk_moved
+        result = RerunPart(out, initial_out, relative, shrinkage, groups, shrunk, shrunk_fixed)
     zeros = np.zeros_like(matrices.loo)
     loo_folds = fold_deviations(matrices.loo_folds, matrices.shares)
     loo = training_noise(matrices.loo, accepted, zeros, loo_folds, noise_model, seed)
     loo_names = {"loo": "sum", "loo_normalized": "normalized"}
     if loo is not None:
-        draws = simulate(loo, matrices.selected, rate, model, False, None, replicates, seed)
-        out |= {"loo": spread(draws["sum"]), "loo_normalized": spread(draws["normalized"])}
-        relative |= {key: spread(centered(draws[name], members)) for key, name in loo_names.items()}
+        loo_draws = replicates(loo, matrices.selected, rate, 0, count, seed)
+        found = simulate(loo_draws, matrices.selected, model, False, seed)
+        out |= {"loo": spread(found["sum"]), "loo_normalized": spread(found["normalized"])}
+        relative |= {key: spread(centered(found[name], members)) for key, name in loo_names.items()}
     return result
 
 
@@ -199,7 +258,7 @@ LABEL_MODEL = Model("rounds and members", 0, 2.0)
 
 
 def sum_rerun(
-    values: FloatArray, matrices: RoundMatrices, seed: int = 0, replicates: int = REPLICATES
+    values: FloatArray, matrices: RoundMatrices, seed: int = 0, count: int = REPLICATES
 ) -> FloatArray:
     """The training-and-selection part of the plain sums of another round-by-participant matrix of
     values over the same rounds (a validation label's values): its own noise around LABEL_MODEL, the
@@ -209,5 +268,5 @@ def sum_rerun(
     if noise is None:
         return np.full(values.shape[1], math.nan)
     rate = acceptance(matrices.mask, accepted)
-    draws = simulate(noise, matrices.selected, rate, None, False, None, replicates, seed)
-    return spread(draws["sum"])
+    draws = replicates(noise, matrices.selected, rate, 0, count, seed)
+    return spread(simulate(draws, matrices.selected, None, False, seed)["sum"])

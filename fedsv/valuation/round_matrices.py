@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
 
 from fedsv.valuation.completion import RoundMatrix
-from fedsv.valuation.shrinkage import Shrinkage
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -89,12 +87,6 @@ class RoundMatrices:
         """What a completion starts from: FedSV with its estimator's errors."""
         errors = np.sqrt(self.estimator_variance)
         return RoundMatrix(self.ids, self.fedsv, errors, self.mask, self.selected, self.accepted)
-
-    @cached_property
-    def shrinkage(self) -> Shrinkage:
-        """The shrunk value's fit to these rounds (shrinkage.py), taken once: the totals, the errors and
-        the simulated reruns' starting point all read it."""
-        return Shrinkage.fit(self.fedsv, self.mask, self.accepted, self.weights)
 
     @property
     def weights(self) -> FloatArray:

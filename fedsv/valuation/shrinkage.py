@@ -1,4 +1,5 @@
-"""The shrunk value: each member's own effect on its rounds' values, fitted with their levels, shrunk.
+"""The shrunk value: each member's own effect on its rounds' values, fitted with their levels, shrunk
+towards the members the verdict cannot tell it from.
 
 A member's FedSV in a round it was aggregated in is modelled as the round's level plus the member's own
 effect plus noise, V[t, i] = level_t + theta_i + e[t, i], with e's variance sigma_t^2 per round (early
@@ -16,13 +17,13 @@ w_t = m_t / N is the round's selection probability (as for the completed value: 
 every round, selection luck removed) and rate_i the share of the member's selected updates that were
 aggregated (a member turned away in every round is worth 0, exactly).
 
-tau^2 is taken at the lower CONFIDENCE bound of the effects' spread (chi-square, beyond their mean
-noise), not at its estimate: a payout rewards a member's distance from the others in full only where the
-run shows, beyond reasonable doubt, that the members differ. No effect is pulled by more than
-TRANSLATION of its standard errors from the two-way fit's (limited translation). tau^2 is never taken
-below a millionth of the mean noise (MIN_FACTOR), so where the values cannot tell the members apart they
-are paid alike to a millionth of their distance, in the order of their evidence sum_t p_t r[t, i], the
-limit of the shrunk effects as tau^2 -> 0: what a detection by rank reads.
+tau^2 is taken at the lower CONFIDENCE bound of the effects' spread within the groups (chi-square,
+beyond their mean noise), not at its estimate: a payout rewards a member's distance from the others in
+full only where the run shows, beyond reasonable doubt, that the members differ. No effect is pulled by
+more than TRANSLATION of its standard errors from the two-way fit's (limited translation). tau^2 is
+never taken below a millionth of the mean noise (MIN_FACTOR), so where the values cannot tell the members
+apart they are paid alike to a millionth of their distance, in the order of their evidence
+sum_t p_t r[t, i], the limit of the shrunk effects as tau^2 -> 0: what a detection by rank reads.
 
 Why this and not the completed value shrunk: a completed total keeps every observed round value as it
 came, and an early round's noise is many times a late round's; fitted with the levels and weighed by
@@ -35,6 +36,7 @@ map; a rerun's part refits everything in each simulated rerun (valuation_noise).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +87,7 @@ class Shrinkage:
     between: float
     limited: BoolArray
     shift: FloatArray
+    centering: FloatArray | None = None  # (N, N): each member's group mean of the effects (None: one group)
 
     @property
     def precision(self) -> FloatArray:
@@ -100,9 +103,18 @@ class Shrinkage:
         return self.two_way.noise
 
     @classmethod
-    def fit(cls, values: FloatArray, mask: BoolArray, accepted: BoolArray, weights: FloatArray) -> Shrinkage:
+    def fit(
+        cls,
+        values: FloatArray,
+        mask: BoolArray,
+        accepted: BoolArray,
+        weights: FloatArray,
+        groups: Sequence[Sequence[int]] | None = None,
+    ) -> Shrinkage:
         """The shrinkage of a round-by-participant matrix of values: observed where `accepted` (the
-        selected updates that were aggregated), `mask` the selections, `weights` each round's w_t."""
+        selected updates that were aggregated), `mask` the selections, `weights` each round's w_t;
+        `groups`: the members (column indices) each effect is pulled towards (None or one group of
+        all: the members' mean)."""
         known = np.asarray(accepted.any(axis=0), dtype=np.bool_)
         # the noise is told from the members' effects only by members seen in several rounds: with
         # no residual left beside a level per round and an effect per member, nothing is pulled
@@ -114,27 +126,32 @@ class Shrinkage:
         factors, shift = np.ones(values.shape[1]), np.zeros(values.shape[1])
         limited = np.zeros(values.shape[1], dtype=np.bool_)
         between, mixed = math.nan, None
+        centering = _centering(groups, known, two_way.noise)
         if known.sum() >= MIN_MEMBERS and freedom >= MIN_FREEDOM:
             _, effects = two_way.solve(values)
             noise = two_way.noise[known]
             mean_noise = float(noise.mean())
-            between = spread_bound(effects[known], mean_noise)
+            own = effects if centering is None else effects - centering @ effects
+            between = spread_bound(own[known], mean_noise, _freedom(groups, known))
             floor = max(between, MIN_FACTOR * mean_noise)
             factors[known] = floor / (floor + noise)
             mixed = TwoWayFit.build(accepted, two_way.precision, ridge=1.0 / floor)
-            _, pulled = mixed.solve(values)
+            _, pulled = _pulled(mixed, values, two_way, centering)
             limit = TRANSLATION * np.sqrt(np.where(known, two_way.noise, 0.0))
             limited = known & (np.abs(pulled - effects) > limit)
             shift = np.where(limited, np.sign(pulled - effects) * limit, 0.0)
         weights = np.asarray(weights, dtype=np.float64)
-        return cls(two_way, mixed, weights, factors, rate, between, limited, shift)
+        return cls(two_way, mixed, weights, factors, rate, between, limited, shift, centering)
 
     def apply(self, values: FloatArray, shifted: bool = True) -> FloatArray:
         """The shrunk totals (..., N) of round-by-participant values (..., T, N) with this fit's
         precisions, tau^2 and translation limits: affine in `values` (linear without the limited
         members' fixed shifts, `shifted=False`: how a deviation of the values moves the totals);
         0 for a member never aggregated."""
-        levels, effect = (self.mixed or self.two_way).solve(values)
+        if self.mixed is None:
+            levels, effect = self.two_way.solve(values)
+        else:
+            levels, effect = _pulled(self.mixed, values, self.two_way, self.centering)
         if self.limited.any():
             _, effects = self.two_way.solve(values)
             effect = np.where(self.limited, effects + (self.shift if shifted else 0.0), effect)
@@ -145,7 +162,7 @@ class Shrinkage:
     def as_fitted(self, center: FloatArray) -> FloatArray:
         """A model of every entry (T, N) whose members spread as this fit estimates the true effects do
         (tau^2), for reruns simulated from it: each member's precision-weighted effect in `center` pulled
-        towards the members' mean by sqrt(B_i) (a fitted model's effects hold their noise too, spreading
+        towards its group's mean by sqrt(B_i) (a fitted model's effects hold their noise too, spreading
         as tau^2 + s_i^2; simulated from them, reruns would find effects more different than they are)."""
         known = self.known
         if not known.any():
@@ -153,16 +170,68 @@ class Shrinkage:
         levels = center[:, known].mean(axis=1)
         weight = self.precision / self.precision.sum()
         effects = weight @ (center - levels[:, None])
-        mean = float(effects[known].mean())
+        mean = float(effects[known].mean()) if self.centering is None else self.centering @ effects
         kept = np.where(self.limited, 1.0, np.sqrt(self.factors))  # a limited member is far beyond its noise
         pull = np.where(known, (1.0 - kept) * (effects - mean), 0.0)
         return np.asarray(center - pull[None, :], dtype=np.float64)
 
 
-def spread_bound(effects: FloatArray, mean_noise: float) -> float:
-    """tau^2 at its lower CONFIDENCE bound: (k - 1) var(d) / chi2_CONFIDENCE(k - 1) less the mean noise
-    (var(d) (k - 1) / (tau^2 + s^2) is chi-square with k - 1 degrees of freedom for k normal effects
-    of equal noise s^2), never below 0."""
+def spread_bound(effects: FloatArray, mean_noise: float, freedom: int | None = None) -> float:
+    """tau^2 at its lower CONFIDENCE bound: sum(d^2) / chi2_CONFIDENCE(f) less the mean noise, d each
+    effect less its group's mean and f the degrees of freedom they leave (k - 1 for one group of k:
+    sum(d^2) / (tau^2 + s^2) is chi-square with f degrees of freedom for normal effects of equal noise
+    s^2); never below 0, and 0 where no group has two members."""
     k = effects.shape[0]
-    bound = (k - 1) * float(np.var(effects, ddof=1)) / float(chi2.ppf(CONFIDENCE, k - 1))
+    freedom = k - 1 if freedom is None else freedom
+    if freedom < 1:
+        return 0.0
+    squares = (
+        float(np.sum(np.square(effects - effects.mean())))
+        if freedom == k - 1
+        else float(np.sum(np.square(effects)))
+    )
+    bound = squares / float(chi2.ppf(CONFIDENCE, freedom))
     return max(0.0, bound - mean_noise)
+
+
+def _centering(
+    groups: Sequence[Sequence[int]] | None, known: BoolArray, noise: FloatArray
+) -> FloatArray | None:
+    """The (N, N) map from the effects to each member's group mean of them (precision-weighted by 1 / s_i^2,
+    over the group's members with an aggregated update); None for no groups or one group of all."""
+    members = [[i for i in group if known[i]] for group in groups or []]
+    members = [group for group in members if group]
+    if len(members) <= 1 and sum(len(g) for g in members) >= int(known.sum()):
+        return None
+    out = np.zeros((known.shape[0], known.shape[0]))
+    for group in members:
+        weight = 1.0 / noise[group]
+        out[np.ix_(group, group)] = weight / weight.sum()
+    return out
+
+
+def _freedom(groups: Sequence[Sequence[int]] | None, known: BoolArray) -> int | None:
+    """The degrees of freedom the effects leave about their group means (None: one group)."""
+    if groups is None:
+        return None
+    sizes = [sum(1 for i in group if known[i]) for group in groups]
+    return sum(max(size - 1, 0) for size in sizes)
+
+
+def _pulled(
+    mixed: TwoWayFit, values: FloatArray, two_way: TwoWayFit, centering: FloatArray | None
+) -> tuple[FloatArray, FloatArray]:
+    """The mixed model's levels and effects, the effects pulled towards each member's group mean: the
+    mixed model fitted to the values less each member's group mean of the unpulled effects, which is
+    then added back, and the effects centred on the members' mean again (the levels take the opposite
+    shift). With one group, the mixed model's own fit."""
+    if centering is None:
+        return mixed.solve(values)
+    _, effects = two_way.solve(values)
+    centers = np.einsum("ij,...j->...i", centering, effects)
+    levels, pulled = mixed.solve(values - np.where(mixed.accepted, centers[..., None, :], 0.0))
+    pulled = np.where(mixed.known, pulled + centers, 0.0)
+    mean = pulled[..., mixed.known].mean(axis=-1, keepdims=True)
+    return np.asarray(levels + mean, dtype=np.float64), np.asarray(
+        np.where(mixed.known, pulled - mean, 0.0), dtype=np.float64
+    )

@@ -33,6 +33,7 @@ import numpy as np
 from fedsv.valuation.completion import Model, completed_totals
 from fedsv.valuation.rerun_noise import REPLICATES, RerunPart, rerun_part, spread
 from fedsv.valuation.round_matrices import (
+    BoolArray,
     FloatArray,
     RoundMatrices,
     centered,
@@ -41,6 +42,7 @@ from fedsv.valuation.round_matrices import (
     norms,
 )
 from fedsv.valuation.shrinkage import Shrinkage
+from fedsv.valuation.verdict import verdict
 
 COMPONENTS = ("estimator", "validation", "rerun", "initial")
 """The parts of a total's standard error, combined in quadrature: the estimator's, the validation
@@ -59,6 +61,14 @@ class Uncertainty:
     parts: dict[str, dict[str, FloatArray]]
     shrinkage: Shrinkage  # the shrunk value's fit (shrinkage.py)
     relative: dict[str, dict[str, FloatArray]]  # BETWEEN's parts of each total less the members' mean
+    alone: BoolArray  # members the verdict puts in a group of their own: their shrunk value is completed
+
+    def shrunk(self, values: FloatArray, completed: FloatArray) -> FloatArray:
+        """The shrunk totals of round values (T, N): the fit's, and for a member in a group of its own
+        (nobody to be pulled towards) its completed total, `completed` (the expectation of its FedSV
+        over the selection, free of the two-way fit's additive form: a member worth nothing in every
+        round, whose FedSV falls with the rounds' gains, is worth 0, not the late rounds' share of it)."""
+        return np.asarray(np.where(self.alone, completed, self.shrinkage.apply(values)), dtype=np.float64)
 
     def stderr(self, key: str) -> FloatArray:
         """The parts of `key` combined in quadrature (unknown where any part is)."""
@@ -168,15 +178,38 @@ def _shrunk_parts(
     )
 
 
+def verdict_groups(
+    matrices: RoundMatrices, model: Model | None, between: FloatArray, seed: int = 0
+) -> list[list[int]] | None:
+    """The verdict's groups (verdict.py) of the completed totals by their errors against the members'
+    mean (`between`), as column indices: the members the shrunk value pulls each other towards. None
+    (one group) where the verdict cannot test (fewer than two members with a known error)."""
+    totals = completed_totals(matrices.fedsv, matrices.mask, matrices.accepted, matrices.weights, model, seed)
+    found = verdict(
+        dict(zip(matrices.ids, map(float, totals), strict=True)),
+        dict(zip(matrices.ids, map(float, between), strict=True)),
+    )
+    if math.isnan(found.p_value):
+        return None
+    column = {pid: k for k, pid in enumerate(matrices.ids)}
+    return [[column[pid] for pid in group] for group in found.groups]
+
+
 def uncertainty(
     matrices: RoundMatrices, model: Model | None, replicates: int = REPLICATES, seed: int = 0
 ) -> Uncertainty:
-    """Every total's standard error by part, and the shrunk value's fit (shrinkage.py); `model`: the
-    completion's (None: nothing was missing)."""
+    """Every total's standard error by part, and the shrunk value's fit (shrinkage.py) with the
+    verdict's groups (verdict_groups); `model`: the completion's (None: nothing was missing)."""
     never = ~matrices.mask.any(axis=0)
     validation, validation_relative = _validation(matrices, model, seed)
-    reruns = rerun_part(matrices, model, replicates, seed)
     estimator = _estimator(matrices)
+
+    def grouping(rerun_relative: FloatArray) -> list[list[int]] | None:
+        parts = (estimator, validation_relative)
+        squares = sum(np.square(part["fedsv_completed"]) for part in parts) + np.square(rerun_relative)
+        return verdict_groups(matrices, model, np.where(never, math.inf, np.sqrt(squares)), seed)
+
+    reruns = rerun_part(matrices, model, replicates, seed, grouping)
     relative = {"estimator": dict(estimator), "validation": validation_relative, "rerun": reruns.relative}
     parts = {
         "estimator": estimator,
@@ -186,10 +219,13 @@ def uncertainty(
     }
     for by_key in (*parts.values(), *relative.values()):
         by_key["fedsv_completed"] = np.where(never, math.inf, by_key["fedsv_completed"])
-    shrinkage = matrices.shrinkage
+    shrinkage = reruns.shrinkage
+    alone = np.zeros(len(matrices.ids), dtype=np.bool_)
+    for group in reruns.groups or []:
+        alone[group] = len(group) == 1 and bool(shrinkage.known[group[0]])
     shrunk, shrunk_relative = _shrunk_parts(matrices, shrinkage, reruns, seed)
     for name, value in shrunk.items():
-        parts[name]["fedsv_shrunk"] = value
+        parts[name]["fedsv_shrunk"] = np.where(alone, parts[name]["fedsv_completed"], value)
     for name, value in shrunk_relative.items():
-        relative[name]["fedsv_shrunk"] = value
-    return Uncertainty(parts, shrinkage, relative)
+        relative[name]["fedsv_shrunk"] = np.where(alone, relative[name]["fedsv_completed"], value)
+    return Uncertainty(parts, shrinkage, relative, alone)

@@ -126,3 +126,39 @@ def test_simulated_reruns_start_from_effects_that_spread_as_fitted() -> None:
     own = center[0] - center[0].mean()  # each member's effect in the model, constant over the rounds
     kept = np.where(fit.limited, 1.0, np.sqrt(fit.factors))  # a limited member is far beyond its noise
     assert np.allclose(pulled - center, -((1.0 - kept) * own)[None, :])
+
+
+def _alone(members: int, *outliers: int) -> list[list[int]]:
+    """Every member in one group but `outliers`, each a group of its own."""
+    return [[i for i in range(members) if i not in outliers], *([i] for i in outliers)]
+
+
+def test_a_member_in_a_group_of_its_own_keeps_its_evidence_and_the_others_are_paid_alike() -> None:
+    """A member that damages every round: with one group its effect is pulled towards the others; in a
+    group of its own it keeps the two-way fit's own effect, while the equals stay paid nearly alike."""
+    effects = np.zeros(MEMBERS)
+    effects[7] = -0.01
+    levels = np.linspace(0.04, 0.004, ROUNDS)
+    for seed in range(5):
+        values, mask, weights, _ = federation(effects, seed, noise=0.004)
+        seen = mask.any(axis=0)
+        pooled_fit = Shrinkage.fit(values, mask, mask, weights)
+        grouped_fit = Shrinkage.fit(values, mask, mask, weights, _alone(MEMBERS, 7))
+        pooled, grouped = pooled_fit.apply(values), grouped_fit.apply(values)
+        two_way_levels, own = grouped_fit.two_way.solve(values)
+        unpulled = two_way_levels @ weights + weights.sum() * own
+        honest = seen & (np.arange(MEMBERS) != 7)
+        assert abs(grouped[7] - unpulled[7]) < 0.1 * abs(pooled[7] - unpulled[7])
+        assert np.ptp(grouped[honest]) < 0.3 * weights @ levels  # the equals: alike
+        assert np.allclose(grouped[honest], pooled[honest], rtol=0.2)
+
+
+def test_one_group_of_everyone_is_the_pooled_fit_and_groups_keep_the_value_linear() -> None:
+    values, mask, weights, _ = federation(np.random.default_rng(2).normal(0.0, 0.002, MEMBERS), 8)
+    plain = Shrinkage.fit(values, mask, mask, weights)
+    everyone = Shrinkage.fit(values, mask, mask, weights, [list(range(MEMBERS))])
+    assert everyone.centering is None and np.allclose(everyone.apply(values), plain.apply(values))
+    fit = Shrinkage.fit(values, mask, mask, weights, [list(range(10)), list(range(10, MEMBERS))])
+    other = np.random.default_rng(1).normal(0.0, 0.01, values.shape)
+    both = fit.apply(np.stack([values, other, values + 2 * other]), shifted=False)
+    assert np.allclose(both[2], both[0] + 2 * both[1])
