@@ -13,8 +13,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $@
 
+# The main job: ten members of the embedded MNIST sample that differ (two with half their labels flipped,
+# one holding 30 images, one free rider that trains nothing and replays the federation's own step).
+DEMO_FEDERATION := --participants 10 --rounds 10 --corrupt "0-1=flip:0.5;2=keep:30;3=mimic:1"
+
 demo: install
-	$(BIN)/fedsv launch --out runs/demo
+	$(BIN)/fedsv launch $(DEMO_FEDERATION) --out runs/demo
 
 lint: install
 	$(BIN)/ruff check .

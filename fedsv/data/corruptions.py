@@ -170,6 +170,7 @@ class Corruption:
     declared_samples: int = 0  # a lie about its sample count (FedAvg's weight); 0: the true count
     noise_norm: float = 0.0  # a free rider: Gaussian noise of this L2 norm sent in place of its delta
     replay: bool = False  # a free rider: the global model sent back untrained (a zero delta)
+    keep: int = 0  # a member with little data: only this many of its samples (0: all of them)
     mimic: float | None = None  # a free rider: the federation's step (w_t - w_s) / (t - s), plus noise
     # of this many times its norm (None: not a mimic)
     seen: MimicMemory = field(default_factory=lambda: MimicMemory(), compare=False, repr=False)
@@ -181,6 +182,8 @@ class Corruption:
             raise ValueError(f"label_flip_ratio must lie in [0, 1], got {self.label_flip_ratio}")
         if not math.isfinite(self.delta_scale):
             raise ValueError(f"delta_scale must be a finite number, got {self.delta_scale}")
+        if self.keep < 0:
+            raise ValueError(f"keep must be 0 (every sample) or positive, got {self.keep}")
         if self.mimic is not None and not (math.isfinite(self.mimic) and self.mimic >= 0):
             raise ValueError(f"mimic's noise must be a finite multiple >= 0 of the step, got {self.mimic}")
         if not 0 <= self.declared_samples <= 2**63 - 1:
@@ -198,12 +201,14 @@ class Corruption:
             and self.noise_norm == 0.0
             and not self.replay
             and self.mimic is None
+            and self.keep == 0
         )
 
     @property
     def touches_data(self) -> bool:
-        """Whether it changes the participant's data (flipped labels, a backdoor), not only what it sends."""
-        return self.label_flip_ratio > 0 or self.backdoor is not None
+        """Whether it changes the participant's data (flipped labels, a backdoor, fewer samples), not only
+        what it sends."""
+        return self.label_flip_ratio > 0 or self.backdoor is not None or self.keep > 0
 
     @property
     def trains(self) -> bool:
@@ -246,7 +251,11 @@ class Corruption:
         return {k: t * self.delta_scale if t.is_floating_point() else t for k, t in delta.items()}
 
     def apply_to_dataset(self, ds: ArrayDataset, seed: int) -> ArrayDataset:
-        """The participant's data with label flipping applied (unchanged when label_flip_ratio is 0)."""
+        """The participant's data with label flipping applied (unchanged when label_flip_ratio is 0), and
+        only `keep` of its samples (a seeded draw) where it keeps fewer."""
+        if 0 < self.keep < len(ds):
+            chosen = np.sort(np.random.default_rng(seed).choice(len(ds), size=self.keep, replace=False))
+            ds = replace(ds, x=ds.x[chosen], y=ds.y[chosen])
         if self.label_flip_ratio == 0.0:
             return ds
         flipped = flip_labels(
@@ -284,6 +293,8 @@ class Corruption:
             parts.append("replay")
         if self.mimic is not None:
             parts.append("mimic" + (f":{self.mimic:g}" if self.mimic else ""))
+        if self.keep:
+            parts.append(f"keep:{self.keep}")
         return "+".join(parts) or "none"
 
 
@@ -352,7 +363,8 @@ def parse_corruption(spec: str) -> Corruption:
     ("flip:0.2+backdoor", "scale:-1+count:10000000"); free riders: "noise:0.01" (Gaussian noise of that
     L2 norm sent in place of a delta, no training), "replay" (the global model sent back untrained) and
     "mimic" or "mimic:NOISE" (the federation's own recent step, (w_t - w_s) / (t - s) from the global
-    models it received, plus Gaussian noise of NOISE times its norm: the disguised free rider)."""
+    models it received, plus Gaussian noise of NOISE times its norm: the disguised free rider); "keep:30"
+    (a member with little data: 30 of its samples)."""
     text = spec.strip().lower()
     if text in ("", "none", "clean"):
         return Corruption()
@@ -364,6 +376,7 @@ def parse_corruption(spec: str) -> Corruption:
     noise = 0.0
     replay = False
     mimic: float | None = None
+    keep = 0
     for part in text.split("+"):
         kind, _, arg = part.strip().partition(":")
         if kind == "flip":
@@ -413,10 +426,14 @@ def parse_corruption(spec: str) -> Corruption:
                 ) from None
             if not (math.isfinite(mimic) and mimic >= 0):
                 raise ValueError(f"bad corruption {spec!r}: mimic's noise must be a finite number >= 0")
+        elif kind == "keep":
+            if not arg.isdigit() or int(arg) < 1:
+                raise ValueError(f"bad corruption {spec!r}: keep needs a positive whole number, e.g. keep:30")
+            keep = int(arg)
         else:
             raise ValueError(
                 f"unknown corruption {spec!r}; use none, flip:RATIO[:own], backdoor, backdoor:target=LABEL, "
-                "scale:FACTOR, count:SAMPLES, noise:NORM, replay or mimic[:NOISE]"
+                "scale:FACTOR, count:SAMPLES, noise:NORM, replay, mimic[:NOISE] or keep:SAMPLES"
             )
     return Corruption(
         label_flip_ratio=ratio,
@@ -427,6 +444,7 @@ def parse_corruption(spec: str) -> Corruption:
         noise_norm=noise,
         replay=replay,
         mimic=mimic,
+        keep=keep,
     )
 
 

@@ -72,13 +72,14 @@ def load_shard(
     seed: int,
     corruption_spec: str = "none",
 ) -> tuple[ArrayDataset, Corruption]:
-    """The rank's part of the training split, with label flipping applied; the corruption for training."""
+    """The rank's part of the training split, with the corruption's changes to its data applied (fewer
+    samples, flipped labels); the corruption for training."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must lie in 0..{world_size - 1}, got {rank}")
     indices = _partition(splits, world_size, partition, seed)[rank]
     shard = splits.train.subset(indices)
     corruption = parse_corruption(corruption_spec)
-    if corruption.label_flip_ratio > 0:
+    if corruption.label_flip_ratio > 0 or corruption.keep > 0:
         shard = corruption.apply_to_dataset(shard, seed=seed + rank)
     return shard, corruption
 

@@ -11,7 +11,7 @@ last steps of the global model (PublicSteps) and asks of each update what it add
 - an update whose part beyond the span is nothing (below EXACT of its norm), or is noise, carries
   nothing learned from data, and is turned away, however much of it lies along the span (a mimic with
   noise of its step's size has 71% of its norm there, one with three times that 32%, a noise sender
-  none).
+  none). In the run's first round no step is known yet, and the whole update is tested for noise.
   Noise is told by two tests that must both find it: a random direction (no more related to the
   validation loss's descent and to the round's other updates than Gaussian noise is, as update_screen's
   null test asks: d (c_descent^2 + c_others^2) below NULL_QUANTILE, with both projected off the span
@@ -102,9 +102,10 @@ class PublicSteps:
 
     def isotropic(self, part: Tensor) -> bool:
         """Whether `part` (flattened as the steps) spreads its energy over the model's units as isotropic
-        Gaussian noise does (module doc); True for a model of one unit (nothing to compare)."""
+        Gaussian noise does (module doc); False for a model of one unit (nothing to compare: no update
+        is taken for noise on the direction test alone)."""
         if len(self.units) < 2:
-            return True
+            return False
         energy = torch.stack([(chunk * chunk).sum() for chunk in torch.split(part, self.units)])
         counts = torch.tensor(self.units, dtype=torch.float64)
         total, whole = float(energy.sum()), float(counts.sum())
@@ -133,12 +134,15 @@ def mimicked(
 ) -> dict[str, float]:
     """Participants whose update carries nothing beyond the global model's recent steps (module doc),
     with the share of its norm along them. Never every update."""
-    basis = public.basis()
-    if basis is None or not updates or not public.names:
+    if not updates or not public.names:
         return {}
     flats = {u.participant: public.flat(u.delta) for u in updates}
-    if any(f.shape[0] != basis.shape[1] for f in flats.values()):
+    size_of = sum(public.sizes.values())
+    if any(f.shape[0] != size_of for f in flats.values()):
         return {}  # a model of other tensors than the steps': nothing to compare with
+    basis = public.basis()  # none yet (the run's first round): nothing is public but w_t itself
+    if basis is None:
+        basis = torch.zeros((0, size_of), dtype=torch.float64)
 
     def beyond(v: Tensor) -> Tensor:
         return v - basis.T @ (basis @ v)

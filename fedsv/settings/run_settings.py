@@ -51,7 +51,12 @@ RUN_SETTINGS: dict[str, Setting] = {
         "test images the simulation's accuracy is measured on (0: every one not validating)",
         Count(0),
     ),
-    "corrupt": Setting(D, "", "per-rank corruptions, e.g. '0-3=flip:0.1;7=backdoor'"),
+    "corrupt": Setting(
+        D,
+        "",
+        "per-rank corruptions, e.g. '0-3=flip:0.1;7=backdoor;8=keep:30;9=mimic:1' (flip:R, backdoor, "
+        "scale:F, count:N, noise:NORM, replay, mimic[:NOISE], keep:N; '+' joins several)",
+    ),
     # training
     "fraction": Setting(T, 0.5, "fraction C of participants selected per round", Share()),
     "rounds": Setting(T, 5, "training rounds T", Count()),

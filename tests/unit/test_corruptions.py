@@ -144,7 +144,7 @@ def test_parse_corruption() -> None:
     assert parse_corruption("flip:0.1:own") == Corruption(label_flip_ratio=0.1, flip_own_classes=True)
     specs = ("none", "flip:0.1", "flip:0.2:own", "backdoor", "backdoor:target=7",
              "flip:0.3+backdoor:per_batch=10", "backdoor+scale:10", "noise:0.01",
-             "replay+count:10000000", "mimic", "mimic:0.5+count:1000")  # fmt: skip
+             "replay+count:10000000", "mimic", "mimic:0.5+count:1000", "keep:30+flip:0.5")  # fmt: skip
     for spec in specs:
         assert parse_corruption(parse_corruption(spec).describe()) == parse_corruption(spec)
     for bad in (
@@ -162,6 +162,9 @@ def test_parse_corruption() -> None:
         "mimic:x",
         "mimic:-1",
         "mimic:inf",
+        "keep",
+        "keep:0",
+        "keep:-3",
     ):
         with pytest.raises(ValueError):
             parse_corruption(bad)
@@ -215,3 +218,14 @@ def test_a_mimic_sends_the_federations_own_step_from_the_models_it_received() ->
     again = parse_corruption("mimic:2")
     again.send(like, 5, w[1], 1)
     assert torch.equal(again.send(like, 5, w[3], 3)["w"], sent)  # seeded
+
+
+def test_keep_leaves_a_member_a_seeded_few_of_its_samples() -> None:
+    x = np.arange(100, dtype=np.float32).reshape(100, 1, 1, 1) / 100
+    ds = ArrayDataset(x=x, y=np.arange(100) % 10, num_classes=10, name="t")
+    kept = parse_corruption("keep:30").apply_to_dataset(ds, seed=3)
+    assert len(kept) == 30 and len(set(kept.x.ravel().tolist())) == 30
+    assert np.array_equal(kept.y, (np.round(kept.x.ravel() * 100).astype(int)) % 10)  # pairs kept
+    assert np.array_equal(kept.x, parse_corruption("keep:30").apply_to_dataset(ds, seed=3).x)
+    assert parse_corruption("keep:300").apply_to_dataset(ds, seed=3) is ds
+    assert parse_corruption("keep:3").touches_data and not parse_corruption("mimic").touches_data

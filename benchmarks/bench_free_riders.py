@@ -1,0 +1,96 @@
+"""Is a free rider paid? Every kind of free rider, in small and larger federations, IID and non-IID.
+
+One member (rank 3, or rank 5 of 6) holds its shard but trains nothing and sends instead:
+
+- `replay`: the global model back untrained (a zero delta);
+- `noise:0.01` and `noise:1`: Gaussian noise of that L2 norm (small, and about an honest update's);
+- `mimic`: the federation's own step (w_t - w_s) / (t - s) from the global models it received;
+- `mimic:1`: the same plus noise of the step's own size;
+- `mimic+count:1000000`, `mimic:1+count:1000000`: with a declared sample count inflated to 10^6.
+
+Each is run with the defaults (the guard on, exact values, trained and valued in this process as
+`fedsv launch` does) in a 6-member federation (3 per round) and a 20-member one (10 per round), IID and
+non-IID, seeds 0-2, 8 rounds. Per case it prints the rider's payout share by the recommended value
+(negative values paid nothing) at its worst seed, the lowest honest member's share in that run, their
+ratio (the target: at most 1/8; an honest member of a skewed federation can be worth nothing), and in
+how many of its selected rounds the guard turned it away. `--undetected` runs the
+mimics with the guard's direction check and screens off (`--no-update-direction`), to show what the
+values alone do.
+
+    python benchmarks/bench_free_riders.py                 # about 20 minutes on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+from fedsv.app.demo import DemoConfig, run_demo
+
+KINDS = (
+    "replay",
+    "noise:0.01",
+    "noise:1",
+    "mimic",
+    "mimic:1",
+    "mimic+count:1000000",
+    "mimic:1+count:1000000",
+)
+SHAPES = {"6/3": (6, 0.5, 5), "20/10": (20, 0.5, 3)}  # participants, fraction, the rider's rank
+
+
+def case(shape: str, partition: str, kind: str, seed: int, guard: bool) -> tuple[float, float, int, int]:
+    """(the rider's share, the lowest honest member's share, rounds the rider was selected in, rounds it
+    was turned away in)."""
+    participants, fraction, rider = SHAPES[shape]
+    config = DemoConfig(
+        participants=participants, fraction=fraction, rounds=8, seed=seed, partition=partition,
+        valuation="exact", corrupt=f"{rider}={kind}", update_direction=guard,
+    )  # fmt: skip
+    valuation = run_demo(config).valuation
+    totals = valuation.totals()["fedsv_shrunk"]
+    paid = {pid: max(value, 0.0) for pid, value in totals.items()}
+    pot = sum(paid.values())
+    rider_id = f"p{rider:03d}"
+    honest = min(value for pid, value in paid.items() if pid != rider_id) / pot
+    selected = sum(rider_id in (rv.selected or rv.participants) for rv in valuation.per_round())
+    kept = sum(rider_id in rv.participants for rv in valuation.per_round())
+    return paid[rider_id] / pot, honest, selected, selected - kept
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--undetected", action="store_true", help="the mimics with the guard's screens off")
+    args = parser.parse_args()
+    kinds = [k for k in args.kinds.split(",") if not args.undetected or k.startswith("mimic")]
+    print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
+    print(f"guard: {'off (--no-update-direction)' if args.undetected else 'on (the defaults)'}\n")
+    print(
+        "| federation | partition | rider | its share (worst seed) | lowest honest share (that seed) "
+        "| ratio | turned away |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    started = time.perf_counter()
+    for shape in SHAPES:
+        for partition in ("iid", "noniid"):
+            for kind in kinds:
+                guard = not args.undetected
+                found = [case(shape, partition, kind, seed, guard) for seed in range(args.seeds)]
+                share, honest, _, _ = max(found, key=lambda f: (f[0], -f[1]))
+                ratio = f"{share / honest:.3f}" if honest > 0 else ("0" if share == 0 else "-")
+                away, selected = sum(f[3] for f in found), sum(f[2] for f in found)
+                line = (
+                    f"| {shape} | {partition} | `{kind}` | {share:.2%} | {honest:.2%} | {ratio} "
+                    f"| {away} of {selected} |"
+                )
+                print(line, flush=True)
+    print(f"\n{time.perf_counter() - started:.0f} s; target: at most 0.125 (1/8)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""A disguised free rider through `fedsv launch` (real coordinator and participant processes, gRPC,
+mutual TLS): it holds data but trains nothing and sends the federation's own recent step from the
+global models it received, plus noise of that step's size. The guard turns it away in every round it
+is selected in (its first update is a zero, null; every later one a mimic's, public_step), and `fedsv
+payout` pays it nothing while every honest member is paid."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedsv.ledger import Ledger
+from tests.support.runtime import launch
+
+pytestmark = pytest.mark.slow
+
+RUN: dict[str, object] = {
+    "participants": 6,
+    "fraction": 0.5,
+    "rounds": 8,
+    "validation_size": 300,
+    "valuation": "exact",
+    "seed": 7,
+    "corrupt": "5=mimic:1",
+}
+
+
+def test_a_mimicking_free_rider_is_turned_away_and_paid_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = launch(out, RUN, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
+        rounds = ledger.rounds()
+    chosen = [r for r in rounds if "p005" in r.selected]
+    assert len(chosen) >= 2, [r.selected for r in rounds]
+    reasons = [r.refused.get("p005") for r in chosen]
+    assert reasons[0] == "null_update" and set(reasons[1:]) == {"public_step"}, reasons
+    assert all(set(r.refused) <= {"p005"} for r in rounds), [r.refused for r in rounds]  # honest: kept
+    paid = subprocess.run(
+        [sys.executable, "-m", "fedsv", "payout", str(out), "--amount", "10000"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert paid.returncode == 0, paid.stderr
+    with (out / "payout.csv").open() as handle:
+        amounts = {row["participant"]: float(row["amount"]) for row in csv.DictReader(handle)}
+    assert set(amounts) == {f"p{r:03d}" for r in range(6)}
+    assert amounts["p005"] == 0.0, amounts
+    assert min(amounts[f"p{r:03d}"] for r in range(5)) > 0, amounts
+    assert sum(amounts.values()) == pytest.approx(10000)
