@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
+from typing import Any
 
 from fedsv.app.demo import DemoConfig, run_demo
 
@@ -44,11 +45,12 @@ def case(shape: str, partition: str, kind: str, seed: int, guard: bool) -> tuple
     """(the rider's share, the lowest honest member's share, rounds the rider was selected in, rounds it
     was turned away in)."""
     participants, fraction, rider = SHAPES[shape]
-    config = DemoConfig(
-        participants=participants, fraction=fraction, rounds=8, seed=seed, partition=partition,
-        valuation="exact", corrupt=f"{rider}={kind}", update_direction=guard,
-    )  # fmt: skip
-    valuation = run_demo(config).valuation
+    settings: dict[str, Any] = {
+        "participants": participants, "fraction": fraction, "rounds": 8, "seed": seed,
+        "partition": partition, "valuation": "exact", "corrupt": f"{rider}={kind}",
+        "update_direction": guard,
+    }  # fmt: skip
+    valuation = run_demo(DemoConfig(**settings)).valuation
     totals = valuation.totals()["fedsv_shrunk"]
     paid = {pid: max(value, 0.0) for pid, value in totals.items()}
     pot = sum(paid.values())
