@@ -69,6 +69,7 @@ class PublicSteps:
         self.units: list[int] = []  # each unit's parameter count, in the flat order (rows, or a tensor)
         self.steps: deque[Tensor] = deque()
         self._last: Tensor | None = None
+        self._inverse: Tensor | None = None
 
     def observe(self, params: Mapping[str, Tensor]) -> None:
         """Remember w_t (this round's global model) and the step from the last one observed (a step of 0,
@@ -82,6 +83,7 @@ class PublicSteps:
             return
         step = (flat - self._last).to(torch.float32)
         self._last = flat
+        self._inverse = None
         if float(step.norm()) == 0.0:
             return
         self.steps.append(step)
@@ -118,15 +120,34 @@ class PublicSteps:
         correction = 1.0 + (float((1.0 / counts).sum()) - 1.0 / whole) / (3.0 * (len(self.units) - 1))
         return statistic / correction < float(chi2.isf(ISOTROPY_LEVEL, len(self.units) - 1))
 
-    def basis(self) -> Tensor | None:
-        """An orthonormal basis (k, d) of the kept steps' span; None while none is kept."""
+    def along(self, vector: Tensor) -> Tensor:
+        """The projection of `vector` (flattened as the steps, float64) on the kept steps' span (zeros
+        while none is kept), through their k x k Gram matrix: no d x k copy of the steps is made (a
+        ResNet-18's step is 45 MB), each step is widened to float64 one at a time."""
         if not self.steps:
-            return None
-        stacked = torch.stack([s.to(torch.float64) for s in self.steps], dim=1)
-        q, r = torch.linalg.qr(stacked)
-        diagonal = torch.abs(torch.diagonal(r))
-        keep = diagonal > 1e-9 * float(diagonal.max())
-        return q[:, keep].T.contiguous()
+            return torch.zeros_like(vector)
+        wide = [s.to(torch.float64) for s in self.steps] if len(self.steps) * vector.numel() < 2**24 else None
+        rows = wide if wide is not None else (s.to(torch.float64) for s in self.steps)
+        products = torch.stack([row @ vector for row in rows])
+        coefficients = self._gram() @ products
+        rows = wide if wide is not None else (s.to(torch.float64) for s in self.steps)
+        out = torch.zeros_like(vector)
+        for c, row in zip(coefficients.tolist(), rows, strict=True):
+            out.add_(row, alpha=c)
+        return out
+
+    @property
+    def rank(self) -> int:
+        """The dimension of the kept steps' span."""
+        return int(torch.linalg.matrix_rank(self._gram(), hermitian=True, rtol=1e-9)) if self.steps else 0
+
+    def _gram(self) -> Tensor:
+        """The pseudo-inverse of the steps' Gram matrix (float64), computed once per step learned."""
+        if self._inverse is None or self._inverse.shape[0] != len(self.steps):
+            rows = [s.to(torch.float64) for s in self.steps]
+            gram = torch.stack([torch.stack([a @ b for b in rows]) for a in rows])
+            self._inverse = torch.linalg.pinv(gram, hermitian=True, rtol=1e-9)
+        return self._inverse
 
 
 def mimicked(
@@ -140,25 +161,23 @@ def mimicked(
     size_of = sum(public.sizes.values())
     if any(f.shape[0] != size_of for f in flats.values()):
         return {}  # a model of other tensors than the steps': nothing to compare with
-    basis = public.basis()  # none yet (the run's first round): nothing is public but w_t itself
-    if basis is None:
-        basis = torch.zeros((0, size_of), dtype=torch.float64)
+    # no step yet (the run's first round): nothing is public but w_t itself
 
     def beyond(v: Tensor) -> Tensor:
-        return v - basis.T @ (basis @ v)
+        return v - public.along(v)
 
     reference = beyond(public.flat(descent))
     weights = {u.participant: float(u.num_samples) for u in updates}
     total = sum(weights.values())
     summed = sum((weights[p] * flats[p] for p in flats), torch.zeros_like(reference))
-    freedom = basis.shape[1] - basis.shape[0]
+    freedom = size_of - public.rank
     out: dict[str, float] = {}
     for pid, flat in flats.items():
         size = float(flat.norm())
         if size == 0.0:
             continue  # update_screen's null test: norm 0
-        along = float((basis @ flat).norm()) / size
         rest = beyond(flat)
+        along = float((flat - rest).norm()) / size
         if float(rest.norm()) <= EXACT * size:
             out[pid] = along
             continue

@@ -83,10 +83,11 @@ def test_the_steps_span_a_mimics_step_from_any_of_the_kept_rounds_and_forget_old
     for w in models:
         public.observe(w)
     assert len(public.steps) == 3 and public.names == ["b", "w"]
-    basis = public.basis()
-    assert basis is not None and basis.shape == (2, 7)  # every step lies in a plane: (1, 2t+1) over b, w
+    assert public.rank == 2  # every step lies in a plane: (1, 2t+1) over b, w
     step = {k: (models[5][k] - models[2][k]) / 3 for k in ("w", "b")}
     flat = public.flat(step)
-    assert float((flat - basis.T @ (basis @ flat)).norm()) < 1e-9 * float(flat.norm())
+    assert float((flat - public.along(flat)).norm()) < 1e-9 * float(flat.norm())
+    other = torch.arange(7, dtype=torch.float64)
+    assert float(public.along(other) @ (other - public.along(other))) == pytest.approx(0.0, abs=1e-9)
     public.observe({"w": torch.zeros(5)})  # another model: the steps start again
-    assert public.basis() is None and mimicked([ClientUpdate("p0", step, 1)], public, step) == {}
+    assert public.rank == 0 and mimicked([ClientUpdate("p0", step, 1)], public, step) == {}
