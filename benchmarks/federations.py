@@ -117,6 +117,17 @@ def _write_digits(folder: Path, table: pd.DataFrame) -> tuple[pd.DataFrame, str,
     return table.iloc[600:].reset_index(drop=True), str(folder / "validation.csv"), str(folder / "test.csv")
 
 
+def _digits_settings(folder: Path, test: str, participants: int, fraction: float) -> dict[str, Any]:
+    """The run settings of a digits federation whose member files are in `folder`."""
+    return {
+        "task": str(HERE / "federations.py:digits_task"),
+        "data": str(folder / "member{rank}.csv"),
+        "test_data": test,
+        "participants": participants,
+        "fraction": fraction,
+    }
+
+
 def _flip(part: pd.DataFrame, share: float, seed: int) -> pd.DataFrame:
     part = part.copy()
     rng = np.random.default_rng(seed)
@@ -142,14 +153,8 @@ def digits_owners(work: Path) -> Federation:
             part = _flip(part, 0.5, seed=rank)
         for copy in (rank, rank + 8):
             part.to_csv(folder / f"member{copy}.csv", index=False)
-    settings = {
-        "task": str(HERE / "federations.py:digits_task"),
-        "data": str(folder / "member{rank}.csv"),
-        "test_data": test,
-        "participants": 16,
-        "fraction": 0.5,
-    }
     twins = [(_pid(r), _pid(r + 8)) for r in range(8)]
+    settings = _digits_settings(folder, test, 16, 0.5)
     return Federation("digits-owners", settings, validation, twins, [_pid(noisy), _pid(noisy + 8)])
 
 
@@ -163,13 +168,7 @@ def digits_silos(work: Path) -> Federation:
         if rank == noisy:
             part = _flip(part, 0.25, seed=rank)
         part.to_csv(folder / f"member{rank}.csv", index=False)
-    settings = {
-        "task": str(HERE / "federations.py:digits_task"),
-        "data": str(folder / "member{rank}.csv"),
-        "test_data": test,
-        "participants": 5,
-        "fraction": 1.0,
-    }
+    settings = _digits_settings(folder, test, 5, 1.0)
     return Federation("digits-silos", settings, validation, [], [_pid(noisy)])
 
 

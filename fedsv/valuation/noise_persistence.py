@@ -87,8 +87,10 @@ class LagSums:
         )
 
     def correlation(self) -> FloatArray:
-        scale = np.sqrt(np.maximum(self.firsts, 0.0) * np.maximum(self.seconds, 0.0))
-        return np.asarray(self.products / np.maximum(scale, 1e-300), dtype=np.float64)
+        # the two roots apart: their product overflowed where a simulated member's noise is huge
+        scale = np.sqrt(np.maximum(self.firsts, 0.0)) * np.sqrt(np.maximum(self.seconds, 0.0))
+        with np.errstate(over="ignore"):
+            return np.asarray(self.products / np.maximum(scale, 1e-300), dtype=np.float64)
 
 
 def residuals(values: FloatArray, mask: BoolArray, model: Model, seed: int) -> FloatArray:
