@@ -217,9 +217,10 @@ def rerun_part(
     )
     members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
     relative = dict(out)
-    groups = grouping(relative["fedsv_completed"]) if grouping is not None else None
-    shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights, groups)
-    result = RerunPart(out, initial_out, relative, shrinkage, groups)
+    # no rerun part (no residual left): the completed values' errors are unknown, the verdict cannot
+    # test, and the shrunk value pulls towards everyone
+    shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights)
+    result = RerunPart(out, initial_out, relative, shrinkage, None)
     folds = 0 if validation is None else validation.shape[0]
     if fedsv is not None:
         initial = matrices.initial_spread
