@@ -1,0 +1,87 @@
+"""Does joining twice pay? An owner's share once, and its two identities' combined share with a copy.
+
+scikit-learn's digits in eight owners of 30 to 200 images (benchmarks/federations.py's digits owners,
+without the twins), everyone selected in every round, exact values, 10 rounds; then the same owners plus
+a ninth member holding a copy of owner K's file. Per seed it prints owner K's payout share alone and
+its two identities' combined share, by each value (negative values paid nothing), and their ratio (the
+target: at most 1.1 on the mean over seeds).
+
+    python benchmarks/bench_duplicates.py --seeds 4 --owner 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from federations import HERE, _digits_table, _write_digits
+
+from fedsv.app.demo import DemoConfig, run_demo
+
+KEYS = ("fedsv_shrunk", "fedsv_completed", "fedsv", "loo")
+SIZES = (30, 50, 70, 90, 120, 150, 160, 200)
+
+
+def owners(work: Path, owner: int) -> None:
+    """member0..7.csv: the eight owners; member8.csv: a copy of `owner`'s."""
+    rest, _, _ = _write_digits(work, _digits_table())
+    start = 0
+    for rank, size in enumerate(SIZES):
+        part = rest.iloc[start : start + size]
+        start += size
+        part.to_csv(work / f"member{rank}.csv", index=False)
+        if rank == owner:
+            part.to_csv(work / "member8.csv", index=False)
+
+
+def shares(work: Path, members: int, seed: int) -> dict[str, dict[str, float]]:
+    settings: dict[str, Any] = {
+        "task": str(HERE / "federations.py:digits_task"), "data": str(work / "member{rank}.csv"),
+        "validation_data": str(work / "validation.csv"), "test_data": str(work / "test.csv"),
+        "participants": members, "fraction": 1.0, "rounds": 10, "seed": seed, "valuation": "exact",
+    }  # fmt: skip
+    totals = run_demo(DemoConfig(**settings)).valuation.totals()
+    out = {}
+    for key in KEYS:
+        paid = {pid: max(value, 0.0) for pid, value in totals[key].items()}
+        pot = sum(paid.values()) or 1.0
+        out[key] = {pid: value / pot for pid, value in paid.items()}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--owner", type=int, default=4, help="the owner who joins twice (0-7)")
+    args = parser.parse_args()
+    print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}\n")
+    me, copy = f"p{args.owner:03d}", "p008"
+    ratios: dict[str, list[float]] = {key: [] for key in KEYS}
+    print("| seed | value | owner alone | owner + copy | ratio |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        owners(work, args.owner)
+        for seed in range(args.seeds):
+            once, twice = shares(work, 8, seed), shares(work, 9, seed)
+            for key in KEYS:
+                alone, both = once[key][me], twice[key][me] + twice[key][copy]
+                ratios[key].append(both / alone if alone > 0 else float("nan"))
+                print(f"| {seed} | `{key}` | {alone:.1%} | {both:.1%} | {ratios[key][-1]:.2f} |", flush=True)
+    print()
+    for key in KEYS:
+        print(f"`{key}`: mean ratio {np.nanmean(ratios[key]):.2f} (target: at most 1.10)")
+
+
+if __name__ == "__main__":
+    main()
