@@ -131,6 +131,7 @@ class Shrinkage:
             _, effects = two_way.solve(values)
             noise = two_way.noise[known]
             mean_noise = float(noise.mean())
+            # each effect less its group's mean (the two-way fit's effects are centred on all members')
             own = effects if centering is None else effects - centering @ effects
             between = spread_bound(own[known], mean_noise, _freedom(groups, known))
             floor = max(between, MIN_FACTOR * mean_noise)
@@ -176,21 +177,14 @@ class Shrinkage:
         return np.asarray(center - pull[None, :], dtype=np.float64)
 
 
-def spread_bound(effects: FloatArray, mean_noise: float, freedom: int | None = None) -> float:
+def spread_bound(deviations: FloatArray, mean_noise: float, freedom: int) -> float:
     """tau^2 at its lower CONFIDENCE bound: sum(d^2) / chi2_CONFIDENCE(f) less the mean noise, d each
     effect less its group's mean and f the degrees of freedom they leave (k - 1 for one group of k:
     sum(d^2) / (tau^2 + s^2) is chi-square with f degrees of freedom for normal effects of equal noise
     s^2); never below 0, and 0 where no group has two members."""
-    k = effects.shape[0]
-    freedom = k - 1 if freedom is None else freedom
     if freedom < 1:
         return 0.0
-    squares = (
-        float(np.sum(np.square(effects - effects.mean())))
-        if freedom == k - 1
-        else float(np.sum(np.square(effects)))
-    )
-    bound = squares / float(chi2.ppf(CONFIDENCE, freedom))
+    bound = float(np.sum(np.square(deviations))) / float(chi2.ppf(CONFIDENCE, freedom))
     return max(0.0, bound - mean_noise)
 
 
@@ -201,7 +195,7 @@ def _centering(
     over the group's members with an aggregated update); None for no groups or one group of all."""
     members = [[i for i in group if known[i]] for group in groups or []]
     members = [group for group in members if group]
-    if len(members) <= 1 and sum(len(g) for g in members) >= int(known.sum()):
+    if len(members) <= 1:  # the groups cover every member (the verdict's do): one group is everyone
         return None
     out = np.zeros((known.shape[0], known.shape[0]))
     for group in members:
@@ -210,10 +204,10 @@ def _centering(
     return out
 
 
-def _freedom(groups: Sequence[Sequence[int]] | None, known: BoolArray) -> int | None:
-    """The degrees of freedom the effects leave about their group means (None: one group)."""
+def _freedom(groups: Sequence[Sequence[int]] | None, known: BoolArray) -> int:
+    """The degrees of freedom the effects leave about their group means (k - 1 with no groups)."""
     if groups is None:
-        return None
+        return int(known.sum()) - 1
     sizes = [sum(1 for i in group if known[i]) for group in groups]
     return sum(max(size - 1, 0) for size in sizes)
 
