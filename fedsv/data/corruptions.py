@@ -173,6 +173,7 @@ class Corruption:
     keep: int = 0  # a member with little data: only this many of its samples (0: all of them)
     mimic: float | None = None  # a free rider: the federation's step (w_t - w_s) / (t - s), plus noise
     # of this many times its norm (None: not a mimic)
+    copy_of: int | None = None  # a second identity: the member holds this rank's data (simulated shards)
     seen: MimicMemory = field(default_factory=lambda: MimicMemory(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -184,6 +185,8 @@ class Corruption:
             raise ValueError(f"delta_scale must be a finite number, got {self.delta_scale}")
         if self.keep < 0:
             raise ValueError(f"keep must be 0 (every sample) or positive, got {self.keep}")
+        if self.copy_of is not None and self.copy_of < 0:
+            raise ValueError(f"copy_of must name a rank >= 0, got {self.copy_of}")
         if self.mimic is not None and not (math.isfinite(self.mimic) and self.mimic >= 0):
             raise ValueError(f"mimic's noise must be a finite multiple >= 0 of the step, got {self.mimic}")
         if not 0 <= self.declared_samples <= 2**63 - 1:
@@ -202,13 +205,15 @@ class Corruption:
             and not self.replay
             and self.mimic is None
             and self.keep == 0
+            and self.copy_of is None
         )
 
     @property
     def touches_data(self) -> bool:
-        """Whether it changes the participant's data (flipped labels, a backdoor, fewer samples), not only
-        what it sends."""
-        return self.label_flip_ratio > 0 or self.backdoor is not None or self.keep > 0
+        """Whether it changes the participant's data (flipped labels, a backdoor, fewer samples, another
+        rank's shard), not only what it sends."""
+        changed = self.label_flip_ratio > 0 or self.backdoor is not None or self.keep > 0
+        return changed or self.copy_of is not None
 
     @property
     def trains(self) -> bool:
@@ -295,6 +300,8 @@ class Corruption:
             parts.append("mimic" + (f":{self.mimic:g}" if self.mimic else ""))
         if self.keep:
             parts.append(f"keep:{self.keep}")
+        if self.copy_of is not None:
+            parts.append(f"copy:{self.copy_of}")
         return "+".join(parts) or "none"
 
 
@@ -364,7 +371,8 @@ def parse_corruption(spec: str) -> Corruption:
     L2 norm sent in place of a delta, no training), "replay" (the global model sent back untrained) and
     "mimic" or "mimic:NOISE" (the federation's own recent step, (w_t - w_s) / (t - s) from the global
     models it received, plus Gaussian noise of NOISE times its norm: the disguised free rider); "keep:30"
-    (a member with little data: 30 of its samples)."""
+    (a member with little data: 30 of its samples); "copy:4" (a second identity of rank 4's owner: a
+    member holding a copy of rank 4's shard)."""
     text = spec.strip().lower()
     if text in ("", "none", "clean"):
         return Corruption()
@@ -377,6 +385,7 @@ def parse_corruption(spec: str) -> Corruption:
     replay = False
     mimic: float | None = None
     keep = 0
+    copy_of: int | None = None
     for part in text.split("+"):
         kind, _, arg = part.strip().partition(":")
         if kind == "flip":
@@ -430,10 +439,16 @@ def parse_corruption(spec: str) -> Corruption:
             if not arg.isdigit() or int(arg) < 1:
                 raise ValueError(f"bad corruption {spec!r}: keep needs a positive whole number, e.g. keep:30")
             keep = int(arg)
+        elif kind == "copy":
+            if not arg.isdigit() or int(arg) > 2**31:
+                raise ValueError(
+                    f"bad corruption {spec!r}: copy needs the rank whose data it holds, e.g. copy:4"
+                )
+            copy_of = int(arg)
         else:
             raise ValueError(
                 f"unknown corruption {spec!r}; use none, flip:RATIO[:own], backdoor, backdoor:target=LABEL, "
-                "scale:FACTOR, count:SAMPLES, noise:NORM, replay, mimic[:NOISE] or keep:SAMPLES"
+                "scale:FACTOR, count:SAMPLES, noise:NORM, replay, mimic[:NOISE], keep:SAMPLES or copy:RANK"
             )
     return Corruption(
         label_flip_ratio=ratio,
@@ -445,6 +460,7 @@ def parse_corruption(spec: str) -> Corruption:
         replay=replay,
         mimic=mimic,
         keep=keep,
+        copy_of=copy_of,
     )
 
 

@@ -73,12 +73,15 @@ def load_shard(
     corruption_spec: str = "none",
 ) -> tuple[ArrayDataset, Corruption]:
     """The rank's part of the training split, with the corruption's changes to its data applied (fewer
-    samples, flipped labels); the corruption for training."""
+    samples, flipped labels, another rank's part for a second identity); the corruption for training."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must lie in 0..{world_size - 1}, got {rank}")
-    indices = _partition(splits, world_size, partition, seed)[rank]
-    shard = splits.train.subset(indices)
     corruption = parse_corruption(corruption_spec)
+    owner = rank if corruption.copy_of is None else corruption.copy_of
+    if not 0 <= owner < world_size:
+        raise ValueError(f"corruption copy:{owner} names no rank; ranks are 0..{world_size - 1}")
+    indices = _partition(splits, world_size, partition, seed)[owner]
+    shard = splits.train.subset(indices)
     if corruption.label_flip_ratio > 0 or corruption.keep > 0:
         shard = corruption.apply_to_dataset(shard, seed=seed + rank)
     return shard, corruption

@@ -70,6 +70,7 @@ class RunConfig:
     valuation_target_stderr: float = setting("valuation_target_stderr")
     valuation_noise_fraction: float = setting("valuation_noise_fraction")
     valuation_surrogate: bool = setting("valuation_surrogate")
+    valuation_merge_redundant: bool = setting("valuation_merge_redundant")
     valuation_exact_seconds: float = setting("valuation_exact_seconds")
     valuation_max_evaluations: int = setting("valuation_max_evaluations")
     valuation_budget_seconds: float = setting("valuation_budget_seconds")
@@ -136,7 +137,12 @@ class RunConfig:
             ranks, sep, spec = part.partition("=")
             if not sep:
                 raise ValueError(f"corrupt entry {part!r} must look like RANKS=SPEC, e.g. 0-3=flip:0.1")
-            parse_corruption(spec)
+            copy_of = parse_corruption(spec).copy_of
+            if copy_of is not None and copy_of >= self.participants:
+                raise ValueError(
+                    f"corrupt entry {part!r}: copy:{copy_of} names no rank; "
+                    f"ranks are 0..{self.participants - 1}"
+                )
             for rank in parse_ranks(ranks, self.participants):
                 out[rank] = spec
         return out
@@ -219,6 +225,7 @@ class RunConfig:
             target_stderr=self.valuation_target_stderr or None,  # x the utility range, 1.0
             noise_fraction=self.valuation_noise_fraction or None,
             surrogate=self.valuation_surrogate,
+            merge_redundant=self.valuation_merge_redundant,
             max_evaluations=self.valuation_max_evaluations,
             exact_seconds=self.valuation_exact_seconds,
         )

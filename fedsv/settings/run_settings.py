@@ -134,6 +134,12 @@ RUN_SETTINGS: dict[str, Setting] = {
         "linearization's own values back (a control variate), when the first attempt finds the errors "
         "smaller with it",
     ),
+    "valuation_merge_redundant": Setting(
+        V,
+        False,
+        "value the members of a round whose updates are far more alike than independent data give (a "
+        "second identity with a copy of an owner's data) as one player, their value split equally",
+    ),
     "valuation_exact_seconds": Setting(
         V,
         10.0,

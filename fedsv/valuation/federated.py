@@ -65,12 +65,14 @@ class FederatedValuation:
         spec: ValuationSpec | None = None,
         on_plan: Callable[[Plan], None] | None = None,
         selected: Sequence[str] | None = None,
+        groups: Sequence[Sequence[int]] | None = None,
     ) -> RoundValues:
         """Compute one round's values (see value_round()), record them and return them; `selected`: the
-        round's selection where some selected were not aggregated (they are valued 0 in it)."""
+        round's selection where some selected were not aggregated (they are valued 0 in it); `groups`:
+        members valued as one player (value_round)."""
         if round in self._rounds:
             raise ValueError(f"round {round} already recorded")
-        rv = value_round(game, participant_ids, round, spec, on_plan)
+        rv = value_round(game, participant_ids, round, spec, on_plan, groups)
         if selected is not None and set(selected) != set(participant_ids):
             rv = dataclasses.replace(rv, selected=list(selected))
         self.add_round(rv)

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from fedsv.fl.aggregation import AggregationRule, ordered_updates
 from fedsv.fl.evaluation import EvalSet
+from fedsv.fl.redundancy import redundant_groups
 from fedsv.fl.updates import ClientUpdate
 from fedsv.valuation.api import Plan
 from fedsv.valuation.federated import FederatedValuation
@@ -47,7 +48,9 @@ def value_updates(
     selected: Sequence[str] | None = None,
 ) -> RoundValues:
     """The round's values from w_t and its updates only (spec None: valuation off, utilities only);
-    `selected`: the round's selection, where some were not aggregated.
+    `selected`: the round's selection, where some were not aggregated. Where the spec merges redundant
+    members, those whose updates are far more alike than independent data give are valued as one
+    player (fedsv.fl.redundancy).
 
     The values are recorded in `accounting` unless valuation is off. Valuation needs no message beyond
     the updates the round already received. on_plan: see fedsv.valuation.rounds.value_round.
@@ -72,4 +75,5 @@ def value_updates(
         before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
         zeros = np.zeros(len(ids))
         return RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
-    return accounting.value_round(game, ids, number, spec, on_plan, selected)
+    groups = redundant_groups(deltas) if spec.merge_redundant else None
+    return accounting.value_round(game, ids, number, spec, on_plan, selected, groups)

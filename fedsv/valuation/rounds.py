@@ -12,9 +12,10 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsv.valuation.api import Plan, make_estimator, plan_game
-from fedsv.valuation.by_class import ClassValues, FoldValues, split_values
+from fedsv.valuation.by_class import ClassValues, FoldValues, SplitValues, split_values
 from fedsv.valuation.game import Game
 from fedsv.valuation.loo import LeaveOneOut
+from fedsv.valuation.merged_game import MergedGame, check_groups, merges
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.spec import ValuationSpec
 
@@ -127,47 +128,76 @@ def choice_of(chosen: Plan, result: ValuationResult) -> str:
     return f"{chosen.reason}; {ended}" if chosen.reason else ended
 
 
+def merged_note(ids: Sequence[str], groups: Sequence[Sequence[int]]) -> str:
+    """What a round's choice says of the members it valued as one player ("" where none)."""
+    said = [" and ".join(ids[i] for i in g) + " valued as one player" for g in groups if len(g) > 1]
+    return "; ".join(said) + " (updates far more alike than independent data give)" if said else ""
+
+
+def _expanded(play: MergedGame, split: SplitValues) -> SplitValues:
+    """A merged game's values per label and fold, per member (a group's split equally)."""
+    classes = folds = None
+    if split.classes is not None:
+        classes = ClassValues(play.expand(split.classes.values), play.expand(split.classes.stderr))
+    if split.folds is not None:
+        folds = FoldValues(play.expand(split.folds.fedsv), play.expand(split.folds.loo), split.folds.shares)
+    return SplitValues(classes, folds)
+
+
 def value_round(
     game: Game,
     participant_ids: Sequence[str],
     round: int,
     spec: ValuationSpec | None = None,
     on_plan: Callable[[Plan], None] | None = None,
+    groups: Sequence[Sequence[int]] | None = None,
 ) -> RoundValues:
     """Run the planned Shapley estimator and leave-one-out on one round's game (shared cache), timed.
 
     on_plan sees the plan (method and evaluation budget, measured on the game when the spec has a time
     budget) before the estimator runs: a caller that keeps it can value the round again identically.
+    `groups`: a partition of the players into those valued as one player (redundant members: a group's
+    values, its leave-one-out and its values per label split equally among them); None: each alone.
     """
     ids = list(participant_ids)
     if len(ids) != game.m:
         raise ValueError(f"round {round}: {len(ids)} participant ids for a game of {game.m} players")
     spec = spec or ValuationSpec()
+    groups = check_groups(groups, game.m) if groups is not None else [[i] for i in range(game.m)]
+    play = MergedGame(game, groups) if merges(groups) else None
     before = game.evaluations
     start, cpu_start = time.perf_counter(), time.process_time()
-    chosen = plan_game(game, spec)
+    valued = game if play is None else play
+    chosen = plan_game(valued, spec)
     if on_plan is not None:
         on_plan(chosen)
-    result = make_estimator(chosen, spec).run(game)
-    loo = LeaveOneOut().run(game)
-    split = split_values(game, chosen, spec, result)
+    result = make_estimator(chosen, spec).run(valued)
+    loo = LeaveOneOut().run(valued)
+    split = split_values(valued, chosen, spec, result)
+    fedsv, loo_values = result.values, loo.values
+    stderr = np.zeros(valued.m) if result.stderr is None else result.stderr
+    choice = choice_of(chosen, result)
+    if play is not None:
+        fedsv, loo_values, stderr = play.expand(fedsv), play.expand(loo_values), play.expand(stderr)
+        split = _expanded(play, split)
+        choice = "; ".join(filter(None, (choice, merged_note(ids, groups))))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     rv = RoundValues(
         round=int(round),
         participants=ids,
-        fedsv=result.values,
-        loo=loo.values,
+        fedsv=fedsv,
+        loo=loo_values,
         utility_before=loo.utility_empty,
         utility_after=loo.utility_grand,
         method=result.method,
         evaluations=game.evaluations - before,
         seconds=seconds,
-        stderr=np.zeros(game.m) if result.stderr is None else result.stderr,
+        stderr=stderr,
         cpu_seconds=cpu_seconds,
         computed_by=game.computed_by,
         classes=split.classes,
         folds=split.folds,
-        choice=choice_of(chosen, result),
+        choice=choice,
     )
     logger.info(
         "round %d: %s over %d participants (%s), %d evaluations, %.3fs, largest stderr %.2g, residual %.2e",

@@ -56,6 +56,10 @@ class ValuationSpec:
     surrogate: with a target, the sampler is corrected by the game's cheap surrogate (a round game's
         model linearized around w_t: surrogate.SurrogateCorrected) where its first attempt finds the
         stated errors smaller with it than without.
+    merge_redundant: members of a round whose updates are far more alike than independent data give
+        (fedsv.fl.redundancy: a second identity with a copy of an owner's data) are valued as one
+        player, their value split equally, so that joining twice does not pay twice. Off by default:
+        two honest members holding the same few classes look alike too (docs/valuation.md).
     seed: seeds the sampling methods and "random".
     max_exact_players: the largest game "exact" enumerates (and "auto" considers exact for).
     """
@@ -74,6 +78,7 @@ class ValuationSpec:
     max_evaluations: int = 100_000
     exact_seconds: float = 120.0
     surrogate: bool = True
+    merge_redundant: bool = False
 
     def __post_init__(self) -> None:
         check_method(self.method)
@@ -85,8 +90,9 @@ class ValuationSpec:
             value = getattr(self, name)
             if value is not None and not _positive(value):
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-        if not isinstance(self.surrogate, bool):
-            raise ValueError(f"surrogate must be true or false, got {self.surrogate!r}")
+        for name in ("surrogate", "merge_redundant"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         players = self.max_exact_players

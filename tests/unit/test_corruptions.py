@@ -15,6 +15,8 @@ from fedsv.data.corruptions import (
     flip_labels,
     parse_corruption,
 )
+from fedsv.data.dataset import DatasetSplits
+from fedsv.data.shards import load_shard
 
 
 def labels(n: int = 1000, seed: int = 0) -> np.ndarray:
@@ -144,7 +146,8 @@ def test_parse_corruption() -> None:
     assert parse_corruption("flip:0.1:own") == Corruption(label_flip_ratio=0.1, flip_own_classes=True)
     specs = ("none", "flip:0.1", "flip:0.2:own", "backdoor", "backdoor:target=7",
              "flip:0.3+backdoor:per_batch=10", "backdoor+scale:10", "noise:0.01",
-             "replay+count:10000000", "mimic", "mimic:0.5+count:1000", "keep:30+flip:0.5")  # fmt: skip
+             "replay+count:10000000", "mimic", "mimic:0.5+count:1000", "keep:30+flip:0.5",
+             "copy:4")  # fmt: skip
     for spec in specs:
         assert parse_corruption(parse_corruption(spec).describe()) == parse_corruption(spec)
     for bad in (
@@ -165,6 +168,9 @@ def test_parse_corruption() -> None:
         "keep",
         "keep:0",
         "keep:-3",
+        "copy",
+        "copy:x",
+        "copy:-1",
     ):
         with pytest.raises(ValueError):
             parse_corruption(bad)
@@ -229,3 +235,17 @@ def test_keep_leaves_a_member_a_seeded_few_of_its_samples() -> None:
     assert np.array_equal(kept.x, parse_corruption("keep:30").apply_to_dataset(ds, seed=3).x)
     assert parse_corruption("keep:300").apply_to_dataset(ds, seed=3) is ds
     assert parse_corruption("keep:3").touches_data and not parse_corruption("mimic").touches_data
+
+
+def test_copy_is_a_second_identity_holding_another_ranks_shard() -> None:
+    x = np.arange(120, dtype=np.float32).reshape(120, 1, 1, 1) / 120
+    ds = ArrayDataset(x=x, y=np.arange(120) % 10, num_classes=10, name="t")
+    splits = DatasetSplits(ds, ds.subset(np.arange(10)), ds.subset(np.arange(10)))
+    owner, _ = load_shard(splits, 2, 6, "iid", 0)
+    twin, corruption = load_shard(splits, 5, 6, "iid", 0, "copy:2")
+    own, _ = load_shard(splits, 5, 6, "iid", 0)
+    assert np.array_equal(twin.x, owner.x) and np.array_equal(twin.y, owner.y)
+    assert not np.array_equal(own.x, owner.x)
+    assert corruption.touches_data and corruption.trains and not corruption.is_clean
+    with pytest.raises(ValueError, match="copy:6 names no rank"):
+        load_shard(splits, 5, 6, "iid", 0, "copy:6")

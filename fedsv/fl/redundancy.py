@@ -1,0 +1,68 @@
+"""Redundant members of a round: updates far more alike than independent data give (one owner twice).
+
+Two members that train on the same data send updates that differ only by their own shuffling of it;
+members with data of their own differ by what their data differ in as well. Measured on the embedded
+MNIST (10 members of about 300 images) and on scikit-learn's digits (8 owners of 30 to 200 images): a
+copy's relative squared distance to its original, ||a - b||^2 / (||a||^2 + ||b||^2), was 0.01 to 0.06
+of the round's median over all pairs, while no two members with data of their own came below 0.3 of
+it (0.5 to 0.9 on IID shards), and a member holding half of another's images stood at 0.27 to 2.3.
+A pair below REDUNDANT of the median is redundant; redundant pairs link into groups that the round's
+game values as one player (fedsv.valuation.merged_game), so an owner that joins twice shares one
+player's value instead of earning two. With two members there is no median to compare with: nothing
+is merged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedsv.fl.aggregation import pairwise_distances
+
+REDUNDANT = 0.15
+"""A pair is redundant when its relative squared distance is below this share of the round's median
+pair's (copies: 0.01 to 0.06; members with data of their own: 0.3 and up)."""
+
+
+def relative_distances(deltas: Sequence[Mapping[str, Tensor]]) -> np.ndarray:
+    """||a - b||^2 / (||a||^2 + ||b||^2) for every pair of the deltas, (m, m) (0 where both are zero)."""
+    names = list(deltas[0])
+    matrices = [torch.stack([d[name].reshape(-1) for d in deltas]) for name in names]
+    squared = pairwise_distances(matrices).cpu().numpy()
+    norms = np.zeros(len(deltas))
+    for matrix in matrices:
+        norms += matrix.to(torch.float64).pow(2).sum(dim=1).cpu().numpy()
+    scale = norms[:, None] + norms[None, :]
+    return np.divide(squared, scale, out=np.zeros_like(squared), where=scale > 0)
+
+
+def redundant_groups(deltas: Sequence[Mapping[str, Tensor]], share: float = REDUNDANT) -> list[list[int]]:
+    """The round's members (indices into `deltas`) grouped by redundancy: pairs whose relative distance
+    is below `share` of the median pair's, linked transitively; a member alone is a group of one."""
+    m = len(deltas)
+    groups = [[i] for i in range(m)]
+    if m < 3:
+        return groups
+    relative = relative_distances(deltas)
+    pairs = np.triu_indices(m, 1)
+    median = float(np.median(relative[pairs]))
+    if not median > 0:
+        return groups
+    parent = list(range(m))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a, b in zip(pairs[0].tolist(), pairs[1].tolist(), strict=True):
+        if relative[a, b] < share * median:
+            parent[root(b)] = root(a)
+    linked: dict[int, list[int]] = {}
+    for member in range(m):
+        linked.setdefault(root(member), []).append(member)
+    return sorted(linked.values())

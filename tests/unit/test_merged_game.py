@@ -1,0 +1,116 @@
+"""Redundant members valued as one player: the merged game, its values split, and what is redundant."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from fedsv.app.demo import DemoConfig, run_demo
+from fedsv.data import load_dataset
+from fedsv.fl.redundancy import redundant_groups, relative_distances
+from fedsv.fl.state import params_of
+from fedsv.task.models import build_model
+from fedsv.task.training import TrainConfig, local_update
+from fedsv.valuation import FederatedValuation, RoundGame
+from fedsv.valuation.game import CallableGame
+from fedsv.valuation.merged_game import MergedGame, check_groups
+from fedsv.valuation.spec import ValuationSpec
+
+
+def brute_shapley(utility: object, m: int) -> np.ndarray:
+    """Shapley values by every permutation (m <= 6)."""
+    values = np.zeros(m)
+    orders = list(itertools.permutations(range(m)))
+    for order in orders:
+        before: frozenset[int] = frozenset()
+        for player in order:
+            values[player] += utility(before | {player}) - utility(before)  # type: ignore[operator]
+            before = before | {player}
+    return values / len(orders)
+
+
+def test_a_merged_game_is_the_game_of_its_groups() -> None:
+    weights = np.array([0.3, 0.1, 0.5, 0.2, 0.4])
+
+    def utility(s: frozenset[int]) -> float:  # submodular: a copy adds less than it would alone
+        return float(np.sqrt(sum(weights[i] for i in s)))
+
+    groups = [[0, 3], [1], [2, 4]]
+    merged = MergedGame(CallableGame(utility, 5), [[3, 0], [1], [4, 2]])
+    assert merged.groups == groups and merged.m == 3
+
+    def of_groups(s: frozenset[int]) -> float:
+        return utility(frozenset(i for g in s for i in groups[g]))
+
+    values = FederatedValuation().value_round(
+        CallableGame(utility, 5), list("abcde"), 1, ValuationSpec(method="exact"), groups=groups
+    )
+    per_group = brute_shapley(of_groups, 3)
+    expected = np.array([per_group[0], per_group[1], per_group[2], per_group[0], per_group[2]])
+    expected[[0, 3, 2, 4]] /= 2
+    np.testing.assert_allclose(values.fedsv, expected, atol=1e-12)
+    assert values.group_rationality_residual == pytest.approx(0.0, abs=1e-12)
+    assert "a and d valued as one player" in values.choice and "c and e" in values.choice
+    exact = ValuationSpec(method="exact")
+    alone = FederatedValuation().value_round(CallableGame(utility, 5), list("abcde"), 1, exact)
+    np.testing.assert_allclose(alone.fedsv, brute_shapley(utility, 5), atol=1e-12)
+    assert "one player" not in alone.choice
+
+
+def test_groups_must_partition_the_players() -> None:
+    for bad in ([[0, 1]], [[0, 1], [1, 2]], [[0], [1], [2], [3]], [[0, 1, 2], []]):
+        with pytest.raises(ValueError, match="partition"):
+            check_groups(bad, 3)
+
+
+def _mnist_round(copies: dict[int, int]) -> tuple[RoundGame, list[dict[str, torch.Tensor]]]:
+    """Six members of 40 embedded MNIST images each, really trained; copies: member -> whose images."""
+    splits = load_dataset("embedded", seed=0, validation_size=160, test_size=100)
+    x, y = splits.train.x, splits.train.y
+    model = build_model("mlp", (1, 28, 28), seed=1)
+    start = params_of(model)
+    deltas = []
+    for i in range(6):
+        owner = copies.get(i, i)
+        xs, ys = x[40 * owner : 40 * owner + 40], y[40 * owner : 40 * owner + 40]
+        deltas.append(local_update(model, start, xs, ys, TrainConfig(batch_size=8, lr=0.1, epochs=2), seed=i))
+    val_x, val_y = splits.validation.x, splits.validation.y
+    game = RoundGame(model, start, deltas, [40] * 6, val_x, val_y, metric="neg_loss")
+    return game, deltas
+
+
+def test_a_copy_is_redundant_and_members_with_data_of_their_own_are_not() -> None:
+    game, deltas = _mnist_round({5: 2})
+    relative = relative_distances(deltas)
+    pairs = np.triu_indices(6, 1)
+    assert relative[2, 5] < 0.15 * np.median(relative[pairs])  # the copy, shuffled otherwise
+    groups = redundant_groups(deltas)
+    assert groups == [[0], [1], [2, 5], [3], [4]]
+    assert redundant_groups(_mnist_round({})[1]) == [[i] for i in range(6)]
+    assert redundant_groups(deltas[:2]) == [[0], [1]]  # two members: nothing to compare with
+    ids = [f"p{i}" for i in range(6)]
+    apart = FederatedValuation().value_round(game, ids, 1, ValuationSpec(method="exact"))
+    merged = FederatedValuation().value_round(game, ids, 1, ValuationSpec(method="exact"), groups=groups)
+    assert merged.fedsv[2] == merged.fedsv[5] and merged.loo[2] == merged.loo[5]
+    assert merged.classes is not None and np.allclose(merged.classes.values.sum(axis=1), merged.fedsv)
+    # the owner's two identities share what one player is worth, not twice what each is worth apart
+    assert merged.fedsv[2] + merged.fedsv[5] < 0.6 * (apart.fedsv[2] + apart.fedsv[5])
+    assert merged.group_rationality_residual == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_run_that_merges_pays_an_owner_who_joins_twice_as_one_player() -> None:
+    settings = dict(participants=6, rounds=3, fraction=1.0, seed=0, valuation="exact", corrupt="5=copy:2")
+    merged = run_demo(DemoConfig(**settings, valuation_merge_redundant=True)).valuation  # type: ignore[arg-type]
+    for values in merged.per_round():
+        assert "p002 and p005 valued as one player" in values.choice, values.choice
+        assert values.fedsv[2] == values.fedsv[5]
+    apart = run_demo(DemoConfig(**settings)).valuation  # type: ignore[arg-type]
+    assert not any("one player" in values.choice for values in apart.per_round())
+    twice = {
+        how: sum(v.fedsv[2] + v.fedsv[5] for v in run.per_round())
+        for how, run in (("m", merged), ("a", apart))
+    }
+    assert twice["m"] < 0.75 * twice["a"]
