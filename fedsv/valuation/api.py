@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
 
 from fedsv.valuation.border import border_rows
 from fedsv.valuation.budget import minimum_budget
@@ -231,6 +230,14 @@ def exact_affordable(m: int, spec: ValuationSpec, seconds_per_evaluation: float 
     return 2**m * seconds_per_evaluation <= spec.exact_seconds
 
 
+def compute_threads() -> int:
+    """The CPU threads a game's work runs on: torch's intra-op threads where torch is loaded (a round
+    game computes through it), else 1 (a game in numpy and Python). The estimators need no torch, so
+    it is not imported here."""
+    torch = sys.modules.get("torch")
+    return max(int(torch.get_num_threads()), 1) if torch is not None else 1
+
+
 def measure_cost(game: Game, busy_proof: bool = False) -> float:
     """Seconds per additional coalition of `game`, after its one-off set-up (game.prepare()).
 
@@ -245,7 +252,7 @@ def measure_cost(game: Game, busy_proof: bool = False) -> float:
     """
     game.prepare()
     rows = border_rows(game.m, sorted({0, 1, game.m - 1, game.m}))
-    threads = max(torch.get_num_threads(), 1)
+    threads = compute_threads()
     clock = (
         (lambda: time.process_time() / threads) if busy_proof and game.computes_on_cpu else time.perf_counter
     )

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsv.valuation.api import Plan, make_estimator
-from fedsv.valuation.class_scores import CellGame, CellScores
+from fedsv.valuation.class_scores import CellGame
 from fedsv.valuation.exact import ExactShapley, shapley_from_dense
-from fedsv.valuation.game import FloatArray, Game
+from fedsv.valuation.game import CellScores, FloatArray, Game
 from fedsv.valuation.loo import LeaveOneOut
 from fedsv.valuation.methods import REGISTRY
+from fedsv.valuation.noise_target import fold_stderr
 from fedsv.valuation.result import ValuationResult
-from fedsv.valuation.round_matrices import fold_stderr
 from fedsv.valuation.spec import ValuationSpec
 from fedsv.valuation.surrogate import ResidualScores, surrogate_on
 

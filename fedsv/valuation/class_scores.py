@@ -12,12 +12,18 @@ the values measured on each fold alone is what a fresh draw of the validation se
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.game import DENSE_PLAYERS, BoolMatrix, FloatArray, Game, MaskArray, bitmasks
+from fedsv.valuation.game import (
+    DENSE_PLAYERS,
+    BoolMatrix,
+    CellScores,
+    FloatArray,
+    Game,
+    MaskArray,
+    bitmasks,
+)
 
 DENSE_CLASS_PLAYERS = 20
 """Up to this many players the store is a dense (2^m, cells) table while it fits DENSE_CELL_BYTES."""
@@ -61,25 +67,6 @@ def fold_split(samples: int, folds: int) -> tuple[npt.NDArray[np.int64], FloatAr
 
 def _itemsize(m: int) -> int:
     return 4 if m > DENSE_PLAYERS else 8
-
-
-class CellScores(Protocol):
-    """What reads a game's utilities by validation cell (CellGame, the fold and label games): a round
-    game's ClassScores, or a residual's (surrogate.ResidualScores)."""
-
-    m: int
-    classes: int
-    folds: int
-    width: int
-    shares: FloatArray
-
-    def get(self, masks: MaskArray, cells: slice | list[int]) -> FloatArray: ...
-
-    def table(self) -> FloatArray | None: ...
-
-    def label(self, label: int) -> slice: ...
-
-    def fold(self, fold: int) -> slice: ...
 
 
 class ClassScores:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-
-if TYPE_CHECKING:
-    from fedsv.valuation.class_scores import CellScores
 
 Subset = frozenset[int] | int
 """A coalition: a frozenset of player indices 0..m-1, or an int bitmask (bit i = player i)."""
@@ -17,6 +14,26 @@ Subset = frozenset[int] | int
 BoolMatrix = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
 MaskArray = npt.NDArray[np.int64]
+
+
+class CellScores(Protocol):
+    """What reads a game's utilities by validation cell (CellGame, the fold and label games): a round
+    game's ClassScores, or a residual's (surrogate.ResidualScores)."""
+
+    m: int
+    classes: int
+    folds: int
+    width: int
+    shares: FloatArray
+
+    def get(self, masks: MaskArray, cells: slice | list[int]) -> FloatArray: ...
+
+    def table(self) -> FloatArray | None: ...
+
+    def label(self, label: int) -> slice: ...
+
+    def fold(self, fold: int) -> slice: ...
+
 
 DENSE_PLAYERS = 16
 """Games of at most this many players memoize in a dense table from the start (2^16 floats: 512 KiB)."""

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedsv.valuation.game import DENSE_PLAYERS, BoolMatrix, FloatArray, Game, MaskArray, bitmasks, members_of
-
-if TYPE_CHECKING:
-    from fedsv.valuation.class_scores import CellScores
+from fedsv.valuation.game import (
+    DENSE_PLAYERS,
+    BoolMatrix,
+    CellScores,
+    FloatArray,
+    Game,
+    MaskArray,
+    bitmasks,
+    members_of,
+)
 
 Groups = list[list[int]]
 """A partition of a game's players 0..m-1 into groups, each a sorted list of player indices."""

@@ -1,7 +1,7 @@
 """A sampler's target at each value's own validation noise: its attempts replayed on the validation folds.
 
 A round's values are means over validation samples, so they carry the validation set's noise: a fresh
-draw of the validation set would move them by about their folds' spread (round_matrices.fold_stderr,
+draw of the validation set would move them by about their folds' spread (noise_target.fold_stderr,
 what valuation_noise states for every value). Sampling error far below that is wasted work: at a
 fraction f of it, the value's error against a rerun grows by a factor sqrt(1 + f^2) at most (1.12 at
 f = 0.5). FoldReplay replays a sampler's attempts on each fold's game, at no evaluation (the round
@@ -11,6 +11,7 @@ the sampler's own error adds to it, and thresholds() turns that into one stoppin
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,11 +20,24 @@ from scipy.special import digamma, polygamma
 from fedsv.valuation.class_scores import fold_games
 from fedsv.valuation.estimator import Estimator, Settings
 from fedsv.valuation.game import FloatArray, Game
-from fedsv.valuation.round_matrices import fold_stderr
 
 NOISE_FLOOR = 0.25
 """A value's noise counts as at least this share of the round's median: a member whose coalitions all
 score alike on every fold (a null update) has no noise of its own to sample to."""
+
+
+def fold_stderr(fold_values: FloatArray, shares: FloatArray) -> FloatArray:
+    """The validation set's standard error of values split into folds (last axis; they sum to the value):
+    the value measured on fold f alone is fold_f / share_f, and the spread of those around the value,
+    weighted by the folds' shares, over F - 1, is the variance of the mean over all samples."""
+    shares = np.asarray(shares, dtype=np.float64)
+    folds = shares.shape[0]
+    if folds < 2:
+        return np.full(fold_values.shape[:-1], math.nan)
+    value = fold_values.sum(axis=-1, keepdims=True)
+    alone = fold_values / np.where(shares > 0, shares, 1.0)
+    variance = (shares * np.square(alone - value)).sum(axis=-1) / (folds - 1)
+    return np.asarray(np.sqrt(variance), dtype=np.float64)
 
 
 class FoldReplay:

@@ -14,20 +14,6 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 
-def fold_stderr(fold_values: FloatArray, shares: FloatArray) -> FloatArray:
-    """The validation set's standard error of values split into folds (last axis; they sum to the value):
-    the value measured on fold f alone is fold_f / share_f, and the spread of those around the value,
-    weighted by the folds' shares, over F - 1, is the variance of the mean over all samples."""
-    shares = np.asarray(shares, dtype=np.float64)
-    folds = shares.shape[0]
-    if folds < 2:
-        return np.full(fold_values.shape[:-1], math.nan)
-    value = fold_values.sum(axis=-1, keepdims=True)
-    alone = fold_values / np.where(shares > 0, shares, 1.0)
-    variance = (shares * np.square(alone - value)).sum(axis=-1) / (folds - 1)
-    return np.asarray(np.sqrt(variance), dtype=np.float64)
-
-
 def fold_deviations(fold_values: FloatArray, shares: FloatArray) -> FloatArray | None:
     """(F, ...): each fold's deviation of fold values (T, N, F) from the value, scaled so that their
     squares sum to fold_stderr's variance (0 where a round was not split); None with fewer than 2 folds."""

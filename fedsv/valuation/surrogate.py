@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from fedsv.valuation.class_scores import CellScores
 from fedsv.valuation.estimator import Estimator, Outcome, Settings
 from fedsv.valuation.exact import ExactShapley, shapley_from_dense
-from fedsv.valuation.game import BoolMatrix, FloatArray, Game, MaskArray, bitmasks
+from fedsv.valuation.game import BoolMatrix, CellScores, FloatArray, Game, MaskArray, bitmasks
 from fedsv.valuation.regression import RegressionMSR, by_column
 from fedsv.valuation.result import ValuationResult
 from fedsv.valuation.target import ToTarget, first_allowance

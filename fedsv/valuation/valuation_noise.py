@@ -8,7 +8,7 @@ message; the initial models' scores are forward passes when the run starts), com
 - **the validation set**: a utility that is a mean over validation samples makes each value the mean of
   per-sample values, so the values measured on each of the validation folds alone (by_class.FoldValues)
   spread as a fresh draw of the validation set would move them. A total is summed fold by fold over the
-  rounds before the spread is taken (round_matrices.fold_stderr), so a member's luck with the
+  rounds before the spread is taken (noise_target.fold_stderr), so a member's luck with the
   validation set, which persists from round to round, is counted once and in full;
 - **training and selection** (a rerun with another seed): simulated reruns from the run's own noise,
   persistent over rounds (rerun_noise.py, noise_persistence.py);
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsv.valuation.completion import Model, completed_totals
+from fedsv.valuation.noise_target import fold_stderr
 from fedsv.valuation.rerun_noise import REPLICATES, RerunPart, rerun_part, spread
 from fedsv.valuation.round_matrices import (
     BoolArray,
@@ -38,7 +39,6 @@ from fedsv.valuation.round_matrices import (
     RoundMatrices,
     centered,
     fold_deviations,
-    fold_stderr,
     norms,
 )
 from fedsv.valuation.shrinkage import Shrinkage

@@ -10,8 +10,9 @@ from fedsv.valuation import FederatedValuation, RoundValues
 from fedsv.valuation.by_class import FoldValues
 from fedsv.valuation.class_scores import fold_of, fold_split
 from fedsv.valuation.completion import Model
+from fedsv.valuation.noise_target import fold_stderr
 from fedsv.valuation.rerun_noise import training_noise
-from fedsv.valuation.round_matrices import fold_stderr, merge_folds
+from fedsv.valuation.round_matrices import merge_folds
 
 
 def test_the_fold_error_of_a_mean_is_its_standard_error() -> None:
