@@ -39,9 +39,9 @@ from fedsv.fl.updates import ClientUpdate
 from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import FederatedValuation, RoundGame, RoundValues, ValuationSpec
-from fedsv.valuation.completion import complete
-from fedsv.valuation.exact import shapley_from_dense
-from fedsv.valuation.game import bitmasks
+from fedsv.valuation.accounting.completion import complete
+from fedsv.valuation.games.exact import shapley_from_dense
+from fedsv.valuation.games.game import bitmasks
 
 TRAIN = TrainConfig(epochs=1, batch_size=10, lr=0.05)
 

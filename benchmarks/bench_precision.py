@@ -25,8 +25,8 @@ from fedsv.data import load_dataset
 from fedsv.fl.device import resolve_device
 from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame
-from fedsv.valuation.device import PRECISIONS
-from fedsv.valuation.exact import all_coalitions, shapley_from_table
+from fedsv.valuation.games.exact import all_coalitions, shapley_from_table
+from fedsv.valuation.round.device import PRECISIONS
 
 
 def main(argv: Sequence[str] | None = None) -> int:

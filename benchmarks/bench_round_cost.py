@@ -4,7 +4,8 @@ Usage: python benchmarks/bench_round_cost.py [--cases mlp:10:1000,cnn:10:1000,..
        [--seeds 1] [--resnet-train]
 
 Each case (model:m:validation) trains a real round (the embedded MNIST sample, IID, FedAvg; CifarCNN
-and the ResNet on the digits padded to 3x32x32) and values it with fedsv.valuation.rounds.value_round,
+and the ResNet on the digits padded to 3x32x32) and values it with
+fedsv.valuation.accounting.rounds.value_round,
 a fresh game per run (the estimator, leave-one-out and the split by label and fold: what a round
 costs). The runs, side by side:
 
@@ -48,9 +49,9 @@ from fedsv.data import load_dataset
 from fedsv.fl.state import params_of
 from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
-from fedsv.valuation.api import measure_cost
-from fedsv.valuation.rounds import RoundValues, value_round
-from fedsv.valuation.spec import ValuationSpec
+from fedsv.valuation.accounting.rounds import RoundValues, value_round
+from fedsv.valuation.games.api import measure_cost
+from fedsv.valuation.games.spec import ValuationSpec
 
 BEFORE = ValuationSpec(target_stderr=0.002, exact_seconds=120.0)
 """The run's valuation settings before the noise target (valuation_target_stderr 0.002, 120 s)."""
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"ResNet-18 local training, 5 epochs on 600 images: {resnet_training_seconds():.1f} s", flush=True
         )
-        from fedsv.valuation.target import first_allowance  # not in fedsv before 6b7f841
+        from fedsv.valuation.games.target import first_allowance  # not in fedsv before 6b7f841
 
         rnd = real_round(Case("resnet18", 10, 100), 600)
         cost = measure_cost(rnd.game())

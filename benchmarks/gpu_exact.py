@@ -30,9 +30,9 @@ from fedsv.data import load_dataset
 from fedsv.fl.device import resolve_device
 from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame
-from fedsv.valuation.device import tf32_allowed
-from fedsv.valuation.exact import ExactShapley
-from fedsv.valuation.game import members_of
+from fedsv.valuation.games.exact import ExactShapley
+from fedsv.valuation.games.game import members_of
+from fedsv.valuation.round.device import tf32_allowed
 
 CEILING_SIZE = 8192
 """Side of the square matmul that measures the card's ceiling in each precision."""

@@ -25,7 +25,7 @@ from fedsv.settings.schema import setting
 from fedsv.task.interface import TrainContext
 from fedsv.task.sources import evaluation_samples, rank_samples, rank_source
 from fedsv.valuation import FederatedValuation, RoundValues
-from fedsv.valuation.initial_spread import measure
+from fedsv.valuation.round.initial_spread import measure
 from fedsv.valuation.round_valuation import GameSettings
 
 

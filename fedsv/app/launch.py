@@ -22,7 +22,7 @@ from fedsv.security import certs
 from fedsv.settings.choices import ValuationSchedule
 from fedsv.settings.run import RunConfig
 from fedsv.settings.schema import check_settings, setting
-from fedsv.valuation.rounds import valuation_time
+from fedsv.valuation.accounting.rounds import valuation_time
 
 logger = logging.getLogger(__name__)
 

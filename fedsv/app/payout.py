@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsv.app.report import RECOMMENDED, build_report, ranked_rows
-from fedsv.valuation.verdict import Z95
+from fedsv.valuation.accounting.verdict import Z95
 
 VALUES = ("fedsv_shrunk", "fedsv_completed", "fedsv", "fedsv_normalized", "loo")
 """The values a budget can be split by; the first (report.RECOMMENDED) is the default."""

@@ -12,9 +12,9 @@ from fedsv.app.run_dirs import resolve_run
 from fedsv.fl.ranks import participant_id
 from fedsv.ledger import EffectRow, Ledger, RoundRecord, UpdateRow, ValueRow, federated_valuation
 from fedsv.settings.run import RunConfig
-from fedsv.valuation.rounds import TOTAL_KEYS
-from fedsv.valuation.valuation_noise import COMPONENTS
-from fedsv.valuation.verdict import differ, verdict
+from fedsv.valuation.accounting.rounds import TOTAL_KEYS
+from fedsv.valuation.accounting.verdict import differ, verdict
+from fedsv.valuation.errors.valuation_noise import COMPONENTS
 
 RECOMMENDED = "fedsv_shrunk"
 """The value to pay by (docs/valuation.md, "Which value to use"): every member valued in every round, so

@@ -19,7 +19,7 @@ from plotly.offline import get_plotlyjs
 
 from fedsv.app.payout import NEGATIVE, RULES, VALUES
 from fedsv.app.report import RECOMMENDED, ranked_rows
-from fedsv.valuation.verdict import Z95
+from fedsv.valuation.accounting.verdict import Z95
 
 SECTIONS = ("run", "verdict", "values", "cumulative", "labels", "payout", "guard", "members")
 """The page's sections, in order (each an element with this id)."""

@@ -38,7 +38,7 @@ from fedsv.security.certs import read_tokens
 from fedsv.security.tls import server_credentials
 from fedsv.settings.run import RunConfig
 from fedsv.settings.run_spec import NO_CORRUPTION, to_run_spec
-from fedsv.valuation.initial_spread import measure
+from fedsv.valuation.round.initial_spread import measure
 from fedsv.valuation.round_valuation import GameSettings
 from fedsv.wire.codec import spec_of
 

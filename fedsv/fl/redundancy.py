@@ -7,7 +7,7 @@ copy's relative squared distance to its original, ||a - b||^2 / (||a||^2 + ||b||
 of the round's median over all pairs, while no two members with data of their own came below 0.3 of
 it (0.5 to 0.9 on IID shards), and a member holding half of another's images stood at 0.27 to 2.3.
 A pair below REDUNDANT of the median is redundant; redundant pairs link into groups that the round's
-game values as one player (fedsv.valuation.merged_game), so an owner that joins twice shares one
+game values as one player (fedsv.valuation.games.merged_game), so an owner that joins twice shares one
 player's value instead of earning two. With two members there is no median to compare with: nothing
 is merged.
 """

@@ -28,7 +28,7 @@ def params_of(model: nn.Module) -> dict[str, Tensor]:
     This is what travels and is averaged: w_t, the deltas (local_update), FedAvg. Buffers go by their
     state_dict names; floating-point ones (BatchNorm's running_mean, running_var) are averaged like
     parameters. Integer buffers (num_batches_tracked) and non-persistent buffers stay local to each
-    copy of the model and never travel (fedsv.valuation.round_inputs.federated_state).
+    copy of the model and never travel (fedsv.valuation.round.round_inputs.federated_state).
     """
     return {name: t.detach().clone() for name, t in federated_state(model).items()}
 

@@ -17,7 +17,7 @@ largest (rounds.max_stderr); older rows read as not recorded (NULL), those of ex
 Version 5 added the values per validation label (class_values). Version 6 added each round's refused
 updates with their reasons (rounds.refused), the values per validation fold (fold_values) and each
 label value's validation error (class_values.validation). Version 7 added the validation scores of
-other initial models (initial_scores: valuation/initial_spread.py). Version 8 added each update's
+other initial models (initial_scores: valuation/round/initial_spread.py). Version 8 added each update's
 effect on its round's validation loss (update_effects: the guard's reputation, fedsv/fl/reputation.py).
 Version 9 added the CPU seconds of each round's valuation (rounds.valuation_cpu_seconds), so that time
 waiting for a CPU shows apart from valuation work; older rounds read as not measured (NULL). Version 10

@@ -15,8 +15,8 @@ from fedsv.ledger.records import (
     ValueRow,
 )
 from fedsv.valuation import FederatedValuation, RoundValues
-from fedsv.valuation.by_class import ClassValues, FoldValues
-from fedsv.valuation.rounds import normalized
+from fedsv.valuation.accounting.by_class import ClassValues, FoldValues
+from fedsv.valuation.accounting.rounds import normalized
 
 
 def status_of(values: RoundValues) -> RoundStatus:

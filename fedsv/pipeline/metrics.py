@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from fedsv.ledger import RoundRecord
-from fedsv.valuation.completion import Completed
+from fedsv.valuation.accounting.completion import Completed
 
 logger = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ from torch import nn
 from fedsv.fl.evaluation import EvalSet
 from fedsv.pipeline.pending import PendingStore
 from fedsv.valuation import FederatedValuation, Plan, RoundValues, ValuationSpec
-from fedsv.valuation.completion import Completed, RoundMatrix
-from fedsv.valuation.round_matrices import RoundMatrices
+from fedsv.valuation.accounting.completion import Completed, RoundMatrix
+from fedsv.valuation.accounting.round_matrices import RoundMatrices
+from fedsv.valuation.errors.valuation_noise import Uncertainty, uncertainty
 from fedsv.valuation.round_valuation import GameSettings, value_updates
-from fedsv.valuation.valuation_noise import Uncertainty, uncertainty
 
 logger = logging.getLogger(__name__)
 

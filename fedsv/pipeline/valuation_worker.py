@@ -37,8 +37,8 @@ from fedsv.pipeline.valuation_process import (
     serve,
 )
 from fedsv.valuation import FederatedValuation, RoundValues, ValuationSpec
+from fedsv.valuation.accounting.rounds import TOTAL_KEYS
 from fedsv.valuation.round_valuation import GameSettings
-from fedsv.valuation.rounds import TOTAL_KEYS
 
 logger = logging.getLogger(__name__)
 

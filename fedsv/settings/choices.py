@@ -46,7 +46,8 @@ class ValidationFrom(StrEnum):
 
 
 class ValuationMethod(StrEnum):
-    """What a run values with: any method of fedsv.valuation.methods but the random baseline, or none."""
+    """What a run values with: any method of fedsv.valuation.games.methods but the random baseline, or
+    none."""
 
     AUTO = "auto"
     EXACT = "exact"
@@ -88,7 +89,7 @@ class ValuationSchedule(StrEnum):
 
 
 class Precision(StrEnum):
-    """The arithmetic of the round games (fedsv.valuation.device)."""
+    """The arithmetic of the round games (fedsv.valuation.round.device)."""
 
     FP32 = "fp32"
     TF32 = "tf32"

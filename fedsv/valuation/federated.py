@@ -10,15 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.api import Plan
-from fedsv.valuation.completion import Completed, RoundMatrix
-from fedsv.valuation.game import Game
-from fedsv.valuation.initial_spread import spread
-from fedsv.valuation.rerun_noise import sum_rerun
-from fedsv.valuation.round_matrices import RoundMatrices, merge_folds
-from fedsv.valuation.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
-from fedsv.valuation.spec import ValuationSpec
-from fedsv.valuation.valuation_noise import COMPONENTS, Uncertainty, uncertainty
+from fedsv.valuation.accounting.completion import Completed, RoundMatrix
+from fedsv.valuation.accounting.round_matrices import RoundMatrices, merge_folds
+from fedsv.valuation.accounting.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
+from fedsv.valuation.errors.rerun_noise import sum_rerun
+from fedsv.valuation.errors.valuation_noise import COMPONENTS, Uncertainty, uncertainty
+from fedsv.valuation.games.api import Plan
+from fedsv.valuation.games.game import Game
+from fedsv.valuation.games.spec import ValuationSpec
+from fedsv.valuation.round.initial_spread import spread
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -12,12 +12,12 @@ from fedsv.fl.aggregation import AggregationRule, ordered_updates
 from fedsv.fl.evaluation import EvalSet
 from fedsv.fl.redundancy import redundant_groups
 from fedsv.fl.updates import ClientUpdate
-from fedsv.valuation.api import Plan
+from fedsv.valuation.accounting.rounds import RoundValues
 from fedsv.valuation.federated import FederatedValuation
-from fedsv.valuation.round_game import RoundGame
-from fedsv.valuation.round_inputs import Metric
-from fedsv.valuation.rounds import RoundValues
-from fedsv.valuation.spec import ValuationSpec
+from fedsv.valuation.games.api import Plan
+from fedsv.valuation.games.spec import ValuationSpec
+from fedsv.valuation.round.round_game import RoundGame
+from fedsv.valuation.round.round_inputs import Metric
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def value_updates(
     player (fedsv.fl.redundancy).
 
     The values are recorded in `accounting` unless valuation is off. Valuation needs no message beyond
-    the updates the round already received. on_plan: see fedsv.valuation.rounds.value_round.
+    the updates the round already received. on_plan: see fedsv.valuation.accounting.rounds.value_round.
     """
     ordered = ordered_updates(updates, number)
     ids = [u.participant for u in ordered]

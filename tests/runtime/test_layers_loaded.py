@@ -42,3 +42,25 @@ def test_importing_a_layer_loads_only_the_layers_below_it(layer: str, tmp_path: 
     assert not [name for name in loaded if name.split(".")[0] in OLD_TOP_LEVEL]
     if layer in NO_GRPC:
         assert not [name for name in loaded if name.split(".")[0] == "grpc"], f"{layer} loaded grpc"
+
+
+def test_the_estimators_load_without_torch(tmp_path: Path) -> None:
+    """fedsv.valuation.games (the estimators and their registry) runs on numpy: importing all of it in a
+    fresh interpreter loads no torch, though the package's public names (RoundGame among them) are
+    there to import."""
+    modules = sorted(
+        name for name in modules_of("fedsv.valuation") if name.startswith("fedsv.valuation.games")
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_LAYER, *modules],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = set(json.loads(proc.stdout))
+    assert set(modules) <= loaded and "fedsv.valuation.games.permutation" in loaded
+    assert not {name for name in loaded if name.split(".")[0] == "torch"}
+    assert not {name for name in loaded if name.startswith(("fedsv.fl", "fedsv.valuation.round"))}

@@ -26,7 +26,7 @@ def test_every_module_has_one_real_path_and_the_card_folders_link_into_it() -> N
         assert (package / name / "__init__.py").is_file()
     # what `find fedsv -name '*.py'` lists is every module the package imports
     found = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
-    for module in ("valuation/round_game.py", "coordinator/round_loop.py", "participant/worker.py"):
+    for module in ("valuation/round/round_game.py", "coordinator/round_loop.py", "participant/worker.py"):
         assert module in found, module
 
 
@@ -55,7 +55,7 @@ def test_the_wheel_has_fedsv_as_its_only_top_level_name(tmp_path: Path) -> None:
     assert tops == {"fedsv"}
     # The subpackages, the generated code and both entry points.
     for expected in (
-        "fedsv/valuation/api.py",
+        "fedsv/valuation/games/api.py",
         "fedsv/coordinator/__main__.py",
         "fedsv/participant/__main__.py",
         "fedsv/wire/v1/fedsv_pb2.py",

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from fedsv.ledger import Ledger
-from fedsv.valuation.initial_spread import INITIALIZATIONS
-from fedsv.valuation.rounds import TOTAL_KEYS
+from fedsv.valuation.accounting.rounds import TOTAL_KEYS
+from fedsv.valuation.round.initial_spread import INITIALIZATIONS
 from tests.support.runtime import (
     SMALL,
     launch,

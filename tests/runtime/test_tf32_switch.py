@@ -8,7 +8,7 @@ import textwrap
 
 import torch
 
-import fedsv.valuation.device as device_module
+import fedsv.valuation.round.device as device_module
 
 
 def test_tf32_switch_sets_and_restores_the_flags() -> None:
@@ -23,7 +23,7 @@ def test_tf32_switch_sets_and_restores_the_flags() -> None:
     script = textwrap.dedent(
         """
         import torch
-        from fedsv.valuation.device import tf32_allowed
+        from fedsv.valuation.round.device import tf32_allowed
         matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
         torch.backends.fp32_precision = "tf32"
         matmul.fp32_precision = "tf32"

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.class_scores import ClassScores, fold_split
-from fedsv.valuation.exact import all_coalitions
-from fedsv.valuation.game import BoolMatrix, FloatArray, Game, bitmasks
+from fedsv.valuation.games.class_scores import ClassScores, fold_split
+from fedsv.valuation.games.exact import all_coalitions
+from fedsv.valuation.games.game import BoolMatrix, FloatArray, Game, bitmasks
 
 Utility = Callable[[frozenset[int]], float]
 ClosedForm = tuple[Utility, int, npt.NDArray[np.float64]]

@@ -17,10 +17,10 @@ import torch
 
 from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame
-from fedsv.valuation.exact import all_coalitions
-from fedsv.valuation.executors import Compute, fused_head
-from fedsv.valuation.executors.fast import FastExecutor, FusedHead
-from fedsv.valuation.round_inputs import by_cell, coalition_weights
+from fedsv.valuation.games.exact import all_coalitions
+from fedsv.valuation.round.executors import Compute, fused_head
+from fedsv.valuation.round.executors.fast import FastExecutor, FusedHead
+from fedsv.valuation.round.round_inputs import by_cell, coalition_weights
 
 SIZES = [(70, 40, 72, 3), (5, 16, 16, 16), (130, 200, 200, 10)]
 """(samples, stem width, hidden width, classes): not multiples of the kernel's blocks, and the MLP's."""

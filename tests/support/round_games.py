@@ -8,8 +8,8 @@ import pytest
 from torch import Tensor
 
 from fedsv.valuation import RoundGame
-from fedsv.valuation.executors import fast, whole_model
-from fedsv.valuation.executors.fast import FastExecutor
+from fedsv.valuation.round.executors import fast, whole_model
+from fedsv.valuation.round.executors.fast import FastExecutor
 
 Score = Callable[[Tensor, Tensor, object, Tensor, int], Tensor]
 

@@ -16,11 +16,11 @@ from fedsv.data import load_dataset
 from fedsv.fl.state import apply_delta, fedavg, load_params, params_of
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import RoundGame
-from fedsv.valuation.exact import all_coalitions
-from fedsv.valuation.executors.stem_split import split_stem
-from fedsv.valuation.executors.traced_split import find_stem
-from fedsv.valuation.round_game import MODES
-from fedsv.valuation.round_inputs import Metric
+from fedsv.valuation.games.exact import all_coalitions
+from fedsv.valuation.round.executors.stem_split import split_stem
+from fedsv.valuation.round.executors.traced_split import find_stem
+from fedsv.valuation.round.round_game import MODES
+from fedsv.valuation.round.round_inputs import Metric
 
 NUM_VAL = 100
 Params = dict[str, Tensor]
@@ -136,7 +136,7 @@ def test_user_sequential_takes_the_fast_path(
 
     model = _seeded(1, build)
     g, deltas = _random_round(model)
-    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round_game"):
+    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round.round_game"):
         _check_modes(model, g, deltas, [10, 20, 40], x, y, {mode: mode for mode in MODES})
     assert "RoundGame mode 'fast'" in caplog.text and "head by stacked matmul" in caplog.text
     split, _ = split_stem(model, g)
@@ -173,7 +173,7 @@ def test_head_outside_the_stacked_executor_runs_under_vmap(
     _, _, x, y = data
     model = _seeded(3, lambda: nn.Sequential(nn.Flatten(), nn.Linear(784, 24), nn.Tanh(), nn.Linear(24, 10)))
     g, deltas = _random_round(model)
-    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round_game"):
+    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round.round_game"):
         _check_modes(model, g, deltas, [5, 5, 5], x, y, {mode: mode for mode in MODES})
     assert "head by vmap" in caplog.text
 
@@ -247,7 +247,7 @@ def test_traced_models_take_the_fast_path(
     _, _, x, y = data
     model = _seeded(seed, build)
     g, deltas = _random_round(model, step=1.0)
-    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round_game"):
+    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round.round_game"):
         _check_modes(model, g, deltas, [7, 3, 5], x, y, {mode: mode for mode in MODES})
     assert how in caplog.text
 
@@ -302,7 +302,7 @@ def test_models_without_a_split_use_batched(
     _, _, x, y = data
     model = _seeded(seed, build)
     g, deltas = _random_round(model, step=1.0)
-    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round_game"):
+    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round.round_game"):
         _check_modes(
             model, g, deltas, [7, 3, 5], x, y, {"fast": "batched", "batched": "batched", "naive": "naive"}
         )
@@ -324,7 +324,7 @@ def test_model_that_fails_under_vmap_uses_naive(data: Data, caplog: pytest.LogCa
     _, _, x, y = data
     model = _seeded(6, ItemNet)
     g, deltas = _random_round(model, step=1.0)
-    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round_game"):
+    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round.round_game"):
         _check_modes(
             model, g, deltas, [1, 2, 3], x, y, {"fast": "naive", "batched": "naive", "naive": "naive"}
         )
@@ -333,7 +333,7 @@ def test_model_that_fails_under_vmap_uses_naive(data: Data, caplog: pytest.LogCa
     # A Sequential with a linear stem whose head fails under vmap: neither fast nor batched.
     model = _seeded(6, lambda: nn.Sequential(nn.Flatten(), nn.Linear(784, 10), ItemScale()))
     g, deltas = _random_round(model, step=1.0)
-    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round_game"):
+    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round.round_game"):
         _check_modes(model, g, deltas, [1, 2, 3], x, y, {"fast": "naive", "batched": "naive"})
     assert "but its head fails under vmap (RuntimeError" in caplog.text
 
@@ -429,7 +429,7 @@ def test_batchnorm_round(
     model = build().double()  # float64 from here on: modes agree to rounding, accuracy exactly
     g = {k: v.double() for k, v in start.items()}
     deltas64 = [{k: v.double() for k, v in d.items()} for d in deltas]
-    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round_game"):
+    with caplog.at_level(logging.INFO, logger="fedsv.valuation.round.round_game"):
         _check_modes(model, g, deltas64, counts, x, y, {mode: mode for mode in MODES})
     assert "head by vmap" in caplog.text  # BatchNorm is no layer of the stacked executor
     # The buffers matter: the grand coalition with w_t's running statistics scores differently.
@@ -548,7 +548,7 @@ def test_the_executor_choice_is_logged_at_info_once_per_model(
     _, _, x, y = data
     model = _seeded(4, SkipNet)
     g, deltas = _random_round(model)
-    with caplog.at_level(logging.DEBUG, logger="fedsv.valuation.round_game"):
+    with caplog.at_level(logging.DEBUG, logger="fedsv.valuation.round.round_game"):
         for _ in range(3):
             RoundGame(model, g, deltas, [1, 1, 1], x, y)
     levels = [r.levelname for r in caplog.records if "RoundGame mode 'fast'" in r.getMessage()]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedsv.valuation import FederatedValuation, RoundValues
-from fedsv.valuation.completion import complete
+from fedsv.valuation.accounting.completion import complete
 
 
 def low_rank_rounds(t: int, n: int, seed: int) -> np.ndarray:

@@ -12,10 +12,10 @@ from torch import nn
 
 from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame
-from fedsv.valuation.exact import ExactShapley
-from fedsv.valuation.executors import fused_head
-from fedsv.valuation.executors.fast import FusedHead
-from fedsv.valuation.round_inputs import by_cell
+from fedsv.valuation.games.exact import ExactShapley
+from fedsv.valuation.round.executors import fused_head
+from fedsv.valuation.round.executors.fast import FusedHead
+from fedsv.valuation.round.round_inputs import by_cell
 from tests.support.round_games import fast_executor
 
 REPO = Path(__file__).resolve().parents[2]

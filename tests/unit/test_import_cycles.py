@@ -18,10 +18,11 @@ def _type_only(tree: ast.Module) -> set[int]:
     return out
 
 
-def _imports(module: str, path: Path, known: set[str]) -> Iterator[str]:
-    """The fedsv modules `module` imports at run time; `from package import module` names the module."""
+def _imports(module: str, path: Path, known: set[str], type_only: bool = False) -> Iterator[str]:
+    """The fedsv modules `module` imports at run time (and under TYPE_CHECKING too where `type_only`);
+    `from package import module` names the module."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    skipped = _type_only(tree)
+    skipped = set() if type_only else _type_only(tree)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -45,12 +46,13 @@ def _imports(module: str, path: Path, known: set[str]) -> Iterator[str]:
                 yield name
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
+    """Every fedsv module's fedsv imports; type_only: those under TYPE_CHECKING too."""
     paths: dict[str, Path] = {}
     for layer in ALLOWED:
         paths.update(modules_of(layer))
     known = set(paths)
-    return {name: set(_imports(name, path, known)) for name, path in paths.items()}
+    return {name: set(_imports(name, path, known, type_only)) for name, path in paths.items()}
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:

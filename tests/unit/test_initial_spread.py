@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from fedsv.fl.evaluation import evaluate
-from fedsv.valuation.initial_spread import (
+from fedsv.valuation.round.initial_spread import (
     INITIALIZATIONS,
     initial_scores,
     initialization_seeds,

@@ -75,7 +75,10 @@ def layer_of(module: str) -> str | None:
     return head if len(parts) >= 2 and head in ALLOWED else None
 
 
-OPTIONAL = {"fedsv.valuation.executors.fused_head_kernel": "triton", "fedsv.integrations.flower": "flwr"}
+OPTIONAL = {
+    "fedsv.valuation.round.executors.fused_head_kernel": "triton",
+    "fedsv.integrations.flower": "flwr",
+}
 """Modules (and packages, with all they hold) that import a package only some machines have (Triton
 comes with CUDA builds of torch; flwr with the flower extra)."""
 

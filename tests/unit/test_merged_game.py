@@ -15,9 +15,9 @@ from fedsv.fl.state import params_of
 from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import FederatedValuation, RoundGame
-from fedsv.valuation.game import CallableGame
-from fedsv.valuation.merged_game import MergedGame, check_groups
-from fedsv.valuation.spec import ValuationSpec
+from fedsv.valuation.games.game import CallableGame
+from fedsv.valuation.games.merged_game import MergedGame, check_groups
+from fedsv.valuation.games.spec import ValuationSpec
 
 
 def brute_shapley(utility: object, m: int) -> np.ndarray:

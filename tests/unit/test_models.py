@@ -10,7 +10,7 @@ from torch import nn
 
 from fedsv.fl.state import params_of
 from fedsv.task.models import CifarCNN, MnistCNN, build_model
-from fedsv.valuation.executors.stem_split import split_stem
+from fedsv.valuation.round.executors.stem_split import split_stem
 
 CASES = [
     ("mlp", (1, 28, 28), 199_210),
@@ -106,7 +106,7 @@ def test_resnet18_has_its_size_and_every_round_game_mode_gives_its_utilities() -
     adapts) the traced fast path, the batched path and a naive forward per coalition agree."""
     from fedsv.fl.state import apply_delta, federated_state
     from fedsv.valuation import RoundGame
-    from fedsv.valuation.exact import all_coalitions
+    from fedsv.valuation.games.exact import all_coalitions
 
     full = build_model("resnet18", (3, 32, 32), seed=0)
     assert sum(p.numel() for p in full.parameters()) == 11_173_962

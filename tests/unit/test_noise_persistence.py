@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsv.valuation.completion import Model
-from fedsv.valuation.noise_persistence import TrainingNoise, estimate, persistent, residuals
+from fedsv.valuation.accounting.completion import Model
+from fedsv.valuation.errors.noise_persistence import TrainingNoise, estimate, persistent, residuals
 
 
 def test_persistent_noise_has_unit_variance_and_the_asked_lag_correlation() -> None:

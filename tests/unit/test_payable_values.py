@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from fedsv.valuation import FederatedValuation, RoundValues
-from fedsv.valuation.by_class import FoldValues
-from fedsv.valuation.verdict import verdict
+from fedsv.valuation.accounting.by_class import FoldValues
+from fedsv.valuation.accounting.verdict import verdict
 
 ROUNDS, MEMBERS, PICKED, NOISE, FOLDS = 12, 12, 6, 0.004, 4
 

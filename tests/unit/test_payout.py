@@ -11,7 +11,7 @@ import pytest
 from fedsv.app.cli import main as fedsv_main
 from fedsv.app.payout import payout, shares
 from fedsv.ledger import Checkpoint, Ledger, RoundStatus, ValueRow
-from fedsv.valuation.verdict import Z95
+from fedsv.valuation.accounting.verdict import Z95
 from tests.support.records import make_record
 
 PIDS = ["p000", "p001", "p002"]

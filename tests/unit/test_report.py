@@ -27,7 +27,7 @@ from fedsv.ledger import (
     ValueRow,
 )
 from fedsv.valuation import FederatedValuation, RoundValues
-from fedsv.valuation.rounds import TOTAL_KEYS
+from fedsv.valuation.accounting.rounds import TOTAL_KEYS
 from tests.support.records import make_record
 
 # round -> (selected, received, fedsv of the received, loo of the received)

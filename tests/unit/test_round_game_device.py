@@ -15,10 +15,11 @@ from torch import Tensor, nn
 from fedsv.data import load_dataset
 from fedsv.fl.state import federated_state
 from fedsv.task.models import build_model
-from fedsv.valuation import RoundGame, round_game
-from fedsv.valuation.device import DEFAULT_BUDGET_MB, DEFAULT_WORKING_SET, PRECISIONS
-from fedsv.valuation.exact import all_coalitions
-from fedsv.valuation.round_game import MODES
+from fedsv.valuation import RoundGame
+from fedsv.valuation.games.exact import all_coalitions
+from fedsv.valuation.round import round_game
+from fedsv.valuation.round.device import DEFAULT_BUDGET_MB, DEFAULT_WORKING_SET, PRECISIONS
+from fedsv.valuation.round.round_game import MODES
 from tests.support.round_games import Score, fast_executor, patch_scores
 
 NUM_VAL = 100

@@ -13,8 +13,8 @@ from fedsv.fl.update_bounds import POLICIES
 from fedsv.settings import choices
 from fedsv.task.interface import METRICS
 from fedsv.task.models import MODELS
-from fedsv.valuation.device import PRECISIONS
-from fedsv.valuation.methods import METHODS
+from fedsv.valuation.games.methods import METHODS
+from fedsv.valuation.round.device import PRECISIONS
 
 LAYERS: list[tuple[type[StrEnum], set[str]]] = [
     (choices.Dataset, set(DATASET_NAMES)),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsv.valuation import shrinkage
-from fedsv.valuation.completion import complete
-from fedsv.valuation.shrinkage import MIN_FACTOR, TRANSLATION, Shrinkage
+from fedsv.valuation.accounting import shrinkage
+from fedsv.valuation.accounting.completion import complete
+from fedsv.valuation.accounting.shrinkage import MIN_FACTOR, TRANSLATION, Shrinkage
 
 ROUNDS, MEMBERS, PICKED = 12, 20, 6
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedsv.valuation.executors.stacked_head import max_pool, run_stacked
+from fedsv.valuation.round.executors.stacked_head import max_pool, run_stacked
 
 LAYERS = [
     nn.MaxPool2d(2),

@@ -7,17 +7,17 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from fedsv.valuation.border import border_sizes, coalitions_of_size, interior_sizes
-from fedsv.valuation.exact import ExactShapley, all_coalitions, shapley_from_dense, shapley_from_table
-from fedsv.valuation.regression import (
+from fedsv.valuation.games.border import border_sizes, coalitions_of_size, interior_sizes
+from fedsv.valuation.games.exact import ExactShapley, all_coalitions, shapley_from_dense, shapley_from_table
+from fedsv.valuation.games.regression import (
     SURROGATES,
     RegressionMSR,
     fit_surrogate,
     surrogate_features,
     surrogate_shapley,
 )
-from fedsv.valuation.strata import StratumMeans, size_weights
-from fedsv.valuation.svarm import StratifiedSVARM
+from fedsv.valuation.games.strata import StratumMeans, size_weights
+from fedsv.valuation.games.svarm import StratifiedSVARM
 from tests.support.games import TableGame, all_closed_form, random_table, table_of
 
 ESTIMATORS: dict[str, Callable[[int, int], StratifiedSVARM | RegressionMSR]] = {
@@ -231,7 +231,7 @@ def test_the_unseen_step_floor_is_zero_off_a_lattice_and_falls_with_the_samples(
 def test_permutation_sampling_on_a_lattice_is_not_stated_exact_either() -> None:
     """The same sparse steps, valued from 12 permutations: marginals that are all zero for a player are
     no proof that its value is zero."""
-    from fedsv.valuation.permutation import PermutationSampling
+    from fedsv.valuation.games.permutation import PermutationSampling
 
     m, resolution, flat = 8, 0.02, 0
     for seed in range(20):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsv.valuation.two_way import TwoWayFit, fit_two_way
+from fedsv.valuation.accounting.two_way import TwoWayFit, fit_two_way
 
 ROUNDS, MEMBERS, PICKED = 10, 16, 5
 

@@ -7,12 +7,12 @@ import math
 import numpy as np
 
 from fedsv.valuation import FederatedValuation, RoundValues
-from fedsv.valuation.by_class import FoldValues
-from fedsv.valuation.class_scores import fold_of, fold_split
-from fedsv.valuation.completion import Model
-from fedsv.valuation.noise_target import fold_stderr
-from fedsv.valuation.rerun_noise import training_noise
-from fedsv.valuation.round_matrices import merge_folds
+from fedsv.valuation.accounting.by_class import FoldValues
+from fedsv.valuation.accounting.completion import Model
+from fedsv.valuation.accounting.round_matrices import merge_folds
+from fedsv.valuation.errors.rerun_noise import training_noise
+from fedsv.valuation.games.class_scores import fold_of, fold_split
+from fedsv.valuation.games.noise_target import fold_stderr
 
 
 def test_the_fold_error_of_a_mean_is_its_standard_error() -> None:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from fedsv.valuation.verdict import verdict
+from fedsv.valuation.accounting.verdict import verdict
 
 
 def test_equal_members_with_noisy_values_are_not_told_apart() -> None:

@@ -66,7 +66,7 @@ class RunRecorder:
         self.sink = RoundSink(self.ledger, self.metrics, self.accounting)
 
     def set_initial_scores(self, scores: dict[int, float]) -> None:
-        """The validation scores of other initial models (valuation/initial_spread.py), recorded in the
+        """The validation scores of other initial models (valuation/round/initial_spread.py), recorded in the
         ledger when it has none yet (a ledger file reused for one run keeps the first)."""
         if self.ledger is not None:
             self.ledger.record_initial_scores(scores)

@@ -37,10 +37,10 @@ from fedsv.ledger import RoundStatus, RoundTimes, build_round_record
 from fedsv.pipeline.valuers import Valuer
 from fedsv.task.interface import Task
 from fedsv.valuation import RoundValues, ValuationSpec
-from fedsv.valuation.initial_spread import measure, reinitialized, seeded
-from fedsv.valuation.round_inputs import Metric
+from fedsv.valuation.accounting.rounds import valuation_time
+from fedsv.valuation.round.initial_spread import measure, reinitialized, seeded
+from fedsv.valuation.round.round_inputs import Metric
 from fedsv.valuation.round_valuation import GameSettings
-from fedsv.valuation.rounds import valuation_time
 
 logger = logging.getLogger(__name__)
 

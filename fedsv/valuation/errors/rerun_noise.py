@@ -1,0 +1,273 @@
+"""A rerun's parts of a total's error: the training noise the run's own values show, another initial
+model, and reruns of the run simulated from them (valuation_noise combines them with the estimator's
+and the validation set's parts).
+
+The round-by-participant matrix is modelled as the completion does (completion.choose); what the model
+leaves, less the estimator's and the validation set's variance, is the training noise of each round
+(pooled towards the run's, so that early rounds with large gains keep their larger noise) times a
+per-member scale, persistent over rounds (noise_persistence). Reruns are then simulated: each round
+selects m_t of the N members afresh, each selected update is aggregated as often as the member's were,
+values are the model's plus fresh noise, the first round's gain moves by a draw of the initial models'
+spread (initial_spread), and every total is taken as the run takes it. The same reruns without that
+draw give the training-and-selection part; their difference, the initial model's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedsv.valuation.accounting.completion import Model, acceptance, choose, completed_totals, fit
+from fedsv.valuation.accounting.round_matrices import (
+    BoolArray,
+    FloatArray,
+    RoundMatrices,
+    centered,
+    fold_deviations,
+    norms,
+)
+from fedsv.valuation.accounting.shrinkage import Shrinkage
+from fedsv.valuation.errors.noise_persistence import TrainingNoise, estimate, residuals
+
+REPLICATES = 200
+"""Simulated reruns per run; the relative error of a standard error from R reruns is about 1/sqrt(2R)."""
+
+POOLING = 2.0
+"""A round's (and a member's) training noise is pooled towards the run's with this many entries' weight."""
+
+
+def _parameters(model: Model, rounds: int, members: int) -> int:
+    if model.kind == "member means":
+        return members
+    if model.kind == "round means":
+        return rounds
+    if model.kind == "rounds and members":
+        return rounds + members
+    return model.rank * (rounds + members - model.rank)
+
+
+def training_noise(
+    values: FloatArray,
+    mask: BoolArray,
+    estimator_variance: FloatArray,
+    validation: FloatArray | None,
+    model: Model,
+    seed: int,
+) -> TrainingNoise | None:
+    """The model's fit of every entry, each entry's training-noise standard deviation (T, N) and its
+    persistence over rounds (noise_persistence): the residuals' variance less what the estimator and
+    the validation set explain (`validation`: the fold deviations, round_matrices.fold_deviations,
+    passed through the same fit, so that what the model absorbs of the validation set's persistent
+    noise is not taken out twice), corrected for the model's parameters, per round (pooled towards the
+    run's) times a per-member scale (a member with a small shard is noisier; one whose updates never
+    count is not noisy at all; pooled towards 1); None when the residuals leave no degree of freedom."""
+    center = fit(values, mask, model, seed)
+    observed = int(mask.sum())
+    params = _parameters(model, int(mask.any(axis=1).sum()), int(mask.any(axis=0).sum()))
+    if observed - params < 2:
+        return None
+    kept = (observed - params) / observed
+    residual = np.where(mask, values - center, 0.0)
+    seen = None if validation is None else np.array([residuals(d, mask, model, seed) for d in validation])
+    explained = kept * np.where(mask, np.nan_to_num(estimator_variance), 0.0)
+    if seen is not None:
+        explained = explained + np.square(seen).sum(axis=0)
+    training = (np.square(residual) - explained) / kept
+    excess = np.where(mask, np.maximum(training, 0.0), 0.0)
+    per_round_excess = np.maximum(np.where(mask, training, 0.0).sum(axis=1), 0.0)
+    counts = mask.sum(axis=1)
+    rows = counts > 0
+    pooled = float(np.median(per_round_excess[rows] / counts[rows])) if rows.any() else 0.0
+    per_round = (per_round_excess + POOLING * pooled) / (counts + POOLING)
+    scaled = np.where(mask, excess / np.maximum(per_round, 1e-300)[:, None], 0.0)
+    member = (scaled.sum(axis=0) + POOLING) / (mask.sum(axis=0) + POOLING)
+    mean_member = float(np.average(member, weights=np.maximum(mask.sum(axis=0), 1e-12)))
+    member = member / max(mean_member, 1e-300)  # the rounds' scale is the members' average
+    noise = TrainingNoise(center, np.sqrt(np.outer(per_round, member)))
+    return estimate(residual, seen, mask, noise, model, seed)
+
+
+@dataclass(frozen=True)
+class Replicate:
+    """One simulated rerun: its selections, the updates aggregated, the values (the noise model's plus
+    fresh noise, the first round's gain moved by a draw of the initial models' spread, unless that draw
+    is off) and the standard normal draws that scale the validation set's fold deviations."""
+
+    mask: BoolArray
+    accepted: BoolArray
+    values: FloatArray
+    folds: FloatArray
+
+
+def replicates(
+    noise: TrainingNoise,
+    selected: Sequence[int],
+    rate: FloatArray,  # each member's share of selected updates aggregated
+    folds: int,  # how many fold deviations the validation set's noise is drawn over
+    count: int,
+    seed: int,
+    initial: float = 0.0,  # the SD of the first round's gain over initial models
+) -> list[Replicate]:
+    """Simulated reruns: each round selects m_t of the N members afresh, each selected update is
+    aggregated as often as the member's were."""
+    rounds, members = noise.center.shape
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        order = rng.random((rounds, members)).argsort(axis=1).argsort(axis=1)
+        mask = order < np.asarray(selected)[:, None]
+        accepted = mask & (rng.random((rounds, members)) < rate[None, :])
+        values = noise.draw(rng)
+        values[0] -= initial * rng.standard_normal() / max(selected[0], 1)
+        out.append(Replicate(mask, accepted, values, rng.standard_normal(folds)))
+    return out
+
+
+def simulate(
+    draws: Sequence[Replicate], selected: Sequence[int], model: Model | None, completed: bool, seed: int
+) -> dict[str, FloatArray]:
+    """Each member's totals over simulated reruns, (replicates, N): the sum and the normalized sum; if
+    `completed`, the completed value too (the completion refitted with `model` in every rerun)."""
+    weights = np.asarray(selected, dtype=np.float64) / draws[0].values.shape[1] if draws else np.ones(0)
+    out: dict[str, list[FloatArray]] = {"sum": [], "normalized": [], "completed": []}
+    for draw in draws:
+        observed = np.where(draw.accepted, draw.values, 0.0)
+        out["sum"].append(observed.sum(axis=0))
+        out["normalized"].append((observed / norms(draw.values, draw.accepted)[:, None]).sum(axis=0))
+        if completed:
+            out["completed"].append(
+                completed_totals(draw.values, draw.mask, draw.accepted, weights, model, seed)
+            )
+    return {key: np.array(d) for key, d in out.items() if d}
+
+
+def simulate_shrunk(
+    draws: Sequence[Replicate],
+    selected: Sequence[int],
+    noise_center: FloatArray,
+    shrunk_center: FloatArray,
+    validation: FloatArray | None,
+    groups: Sequence[Sequence[int]] | None,
+) -> FloatArray:
+    """The shrunk value's totals over the same simulated reruns (replicates, N), refitted in every rerun
+    with the run's groups, from members that spread as its fit estimates (`shrunk_center`), with a draw
+    of the validation set's noise, persistent over rounds as the folds show it, in its values (the
+    spread it is fitted to holds that noise in a real run too)."""
+    out = []
+    for draw in draws:
+        weights = np.asarray(selected, dtype=np.float64) / draw.values.shape[1]
+        values = draw.values - noise_center + shrunk_center
+        if validation is not None:
+            values = values + np.tensordot(draw.folds, validation, axes=1)
+        out.append(Shrinkage.fit(values, draw.mask, draw.accepted, weights, groups).apply(values))
+    return np.array(out)
+
+
+def spread(draws: FloatArray) -> FloatArray:
+    return np.asarray(np.std(draws, axis=0, ddof=1), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class RerunPart:
+    """A rerun's parts of each total's error (NaN: cannot be told): training and selection (`rerun`),
+    and another initial model (`initial`: it moves every member's total alike, so it does not weigh
+    on how far apart two members are); and the shrunk value's simulated totals with and without the
+    initial model's draw (replicates, N; None where there are none), from which valuation_noise takes
+    its parts."""
+
+    rerun: dict[str, FloatArray]
+    initial: dict[str, FloatArray]
+    relative: dict[str, FloatArray]  # training and selection, each member against the members' mean
+    shrinkage: Shrinkage  # the shrunk value's fit, with the groups `grouping` gave
+    groups: list[list[int]] | None  # those groups (None: one group)
+    shrunk: FloatArray | None = None
+    shrunk_fixed_start: FloatArray | None = None
+
+
+Grouping = Callable[[FloatArray], list[list[int]] | None]
+"""The shrunk value's groups (column indices; None: one group) from the completed value's
+training-and-selection part of its error against the members' mean."""
+
+
+def rerun_part(
+    matrices: RoundMatrices,
+    model: Model | None,
+    count: int,
+    seed: int,
+    grouping: Grouping | None = None,
+) -> RerunPart:
+    """Each total's training-and-selection part and initial model's part, from simulated reruns: the
+    same reruns (the same draws) with and without the initial models' spread, their difference the
+    initial model's effect. LOO's initial part is 0: a member's LOO does not split the pot. The shrunk
+    value is fitted with the groups `grouping` finds from the completed value's part, and refitted
+    with them in every simulated rerun."""
+    ids = len(matrices.ids)
+    unknown = np.full(ids, math.nan)
+    accepted, rate = matrices.accepted, acceptance(matrices.mask, matrices.accepted)
+    noise_model = model or choose(matrices.fedsv, accepted, seed)[0]
+    keys = ("fedsv", "fedsv_normalized", "fedsv_completed")
+    out = dict.fromkeys((*keys, "loo", "loo_normalized"), unknown)
+    initial_out = dict.fromkeys(keys, unknown) | dict.fromkeys(("loo", "loo_normalized"), np.zeros(ids))
+    validation = fold_deviations(matrices.fedsv_folds, matrices.shares)
+    fedsv = training_noise(
+        matrices.fedsv, accepted, matrices.estimator_variance, validation, noise_model, seed
+    )
+    members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
+    relative = dict(out)
+    # no rerun part (no residual left): the completed values' errors are unknown, the verdict cannot
+    # test, and the shrunk value pulls towards everyone
+    shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights)
+    result = RerunPart(out, initial_out, relative, shrinkage, None)
+    folds = 0 if validation is None else validation.shape[0]
+    if fedsv is not None:
+        initial = matrices.initial_spread
+        draws = [
+            replicates(fedsv, matrices.selected, rate, folds, count, seed, spread_)
+            for spread_ in (0.0, np.nan_to_num(initial))
+        ]
+        fixed, moved = (simulate(d, matrices.selected, model, True, seed) for d in draws)
+        names = {"fedsv": "sum", "fedsv_normalized": "normalized", "fedsv_completed": "completed"}
+        out |= {key: spread(fixed[name]) for key, name in names.items()}
+        relative |= {key: spread(centered(fixed[name], members)) for key, name in names.items()}
+        if not math.isnan(initial):
+            initial_out |= {key: spread(moved[name] - fixed[name]) for key, name in names.items()}
+        groups = grouping(relative["fedsv_completed"]) if grouping is not None else None
+        shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights, groups)
+        fitted = shrinkage.as_fitted(fedsv.center)
+        shrunk_fixed, shrunk_moved = (
+            simulate_shrunk(d, matrices.selected, fedsv.center, fitted, validation, groups) for d in draws
+        )
+        shrunk = None if math.isnan(initial) else shrunk_moved
+        result = RerunPart(out, initial_out, relative, shrinkage, groups, shrunk, shrunk_fixed)
+    zeros = np.zeros_like(matrices.loo)
+    loo_folds = fold_deviations(matrices.loo_folds, matrices.shares)
+    loo = training_noise(matrices.loo, accepted, zeros, loo_folds, noise_model, seed)
+    loo_names = {"loo": "sum", "loo_normalized": "normalized"}
+    if loo is not None:
+        loo_draws = replicates(loo, matrices.selected, rate, 0, count, seed)
+        found = simulate(loo_draws, matrices.selected, model, False, seed)
+        out |= {"loo": spread(found["sum"]), "loo_normalized": spread(found["normalized"])}
+        relative |= {key: spread(centered(found[name], members)) for key, name in loo_names.items()}
+    return result
+
+
+LABEL_MODEL = Model("rounds and members", 0, 2.0)
+"""The noise model of a validation label's round values: a round's level plus a member's offset."""
+
+
+def sum_rerun(
+    values: FloatArray, matrices: RoundMatrices, seed: int = 0, count: int = REPLICATES
+) -> FloatArray:
+    """The training-and-selection part of the plain sums of another round-by-participant matrix of
+    values over the same rounds (a validation label's values): its own noise around LABEL_MODEL, the
+    run's selections and acceptance; NaN where it cannot be told."""
+    accepted = matrices.accepted
+    noise = training_noise(values, accepted, np.zeros_like(values), None, LABEL_MODEL, seed)
+    if noise is None:
+        return np.full(values.shape[1], math.nan)
+    rate = acceptance(matrices.mask, accepted)
+    draws = replicates(noise, matrices.selected, rate, 0, count, seed)
+    return spread(simulate(draws, matrices.selected, None, False, seed)["sum"])

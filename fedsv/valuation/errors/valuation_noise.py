@@ -1,0 +1,231 @@
+"""How sure a value is: the standard error of every total against a rerun of the same federation.
+
+A total moves between reruns for four reasons, each estimated from what the run already has (no extra
+message; the initial models' scores are forward passes when the run starts), combined in quadrature
+(COMPONENTS):
+
+- **the estimator**: a sampled round value's own standard error (0 where exact);
+- **the validation set**: a utility that is a mean over validation samples makes each value the mean of
+  per-sample values, so the values measured on each of the validation folds alone (by_class.FoldValues)
+  spread as a fresh draw of the validation set would move them. A total is summed fold by fold over the
+  rounds before the spread is taken (noise_target.fold_stderr), so a member's luck with the
+  validation set, which persists from round to round, is counted once and in full;
+- **training and selection** (a rerun with another seed): simulated reruns from the run's own noise,
+  persistent over rounds (rerun_noise.py, noise_persistence.py);
+- **the initial model** (another seed starts from another w_0): the same simulated reruns with the
+  first round's gain moved by the spread of other initial models' scores (initial_spread.py). It moves
+  every member alike, so Uncertainty.between leaves it out of the error of a difference between two
+  members.
+
+The shrunk value (shrinkage.py) is linear in the round values once its fit is fixed, so its estimator's
+and validation parts follow through that map; its rerun part refits it in every simulated rerun. The
+assumptions, and where they fail: docs/valuation.md;
+benchmarks/bench_calibration.py measures how the stated errors compare with the spread of real reruns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedsv.valuation.accounting.completion import Model, completed_totals
+from fedsv.valuation.accounting.round_matrices import (
+    BoolArray,
+    FloatArray,
+    RoundMatrices,
+    centered,
+    fold_deviations,
+    norms,
+)
+from fedsv.valuation.accounting.shrinkage import Shrinkage
+from fedsv.valuation.accounting.verdict import verdict
+from fedsv.valuation.errors.rerun_noise import REPLICATES, RerunPart, rerun_part, spread
+from fedsv.valuation.games.noise_target import fold_stderr
+
+COMPONENTS = ("estimator", "validation", "rerun", "initial")
+"""The parts of a total's standard error, combined in quadrature: the estimator's, the validation
+set's, a rerun's training and selection, and another initial model's."""
+
+BETWEEN = ("estimator", "validation", "rerun")
+"""The parts of the error of a member's total against the members' mean (Uncertainty.between): the
+initial model moves every member alike, and so do a round's level and the validation set's luck
+shared by all, which cancel there."""
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """Per value (TOTAL_KEYS) and part (COMPONENTS): each participant's standard error (NaN: unknown)."""
+
+    parts: dict[str, dict[str, FloatArray]]
+    shrinkage: Shrinkage  # the shrunk value's fit (shrinkage.py)
+    relative: dict[str, dict[str, FloatArray]]  # BETWEEN's parts of each total less the members' mean
+    alone: BoolArray  # members the verdict puts in a group of their own: their shrunk value is completed
+
+    def shrunk(self, values: FloatArray, completed: FloatArray) -> FloatArray:
+        """The shrunk totals of round values (T, N): the fit's, and for a member in a group of its own
+        (nobody to be pulled towards) its completed total, `completed` (the expectation of its FedSV
+        over the selection, free of the two-way fit's additive form: a member worth nothing in every
+        round, whose FedSV falls with the rounds' gains, is worth 0, not the late rounds' share of it)."""
+        return np.asarray(np.where(self.alone, completed, self.shrinkage.apply(values)), dtype=np.float64)
+
+    def stderr(self, key: str) -> FloatArray:
+        """The parts of `key` combined in quadrature (unknown where any part is)."""
+        total = sum(np.square(self.parts[part][key]) for part in COMPONENTS)
+        return np.asarray(np.sqrt(total), dtype=np.float64)
+
+    def between(self, key: str) -> FloatArray:
+        """The error of a member's `key` less the members' mean: what tells it apart from the others
+        (the verdict, its groups and the report's ties weigh differences by it; a difference between
+        two members has about the root of the sum of their squares)."""
+        total = sum(np.square(self.relative[part][key]) for part in BETWEEN)
+        return np.asarray(np.sqrt(total), dtype=np.float64)
+
+
+def _validation(
+    matrices: RoundMatrices, model: Model | None, seed: int
+) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
+    """Each total's validation part, from its fold totals (NaN where a round it sums was not split), and
+    the same of each total less the members' mean."""
+    mask, weights, shares = matrices.mask, matrices.weights, matrices.shares
+    unsplit = np.isnan(matrices.fedsv_folds).any(axis=2) & mask
+    unknown = unsplit.any(axis=0)
+    fedsv_f = np.where(mask[..., None], np.nan_to_num(matrices.fedsv_folds), 0.0)
+    loo_f = np.where(mask[..., None], np.nan_to_num(matrices.loo_folds), 0.0)
+    fedsv_norm, loo_norm = norms(matrices.fedsv, mask), norms(matrices.loo, mask)
+    totals = {
+        "fedsv": fedsv_f.sum(axis=0),
+        "fedsv_normalized": (fedsv_f / fedsv_norm[:, None, None]).sum(axis=0),
+        "loo": loo_f.sum(axis=0),
+        "loo_normalized": (loo_f / loo_norm[:, None, None]).sum(axis=0),
+    }
+    completed = np.zeros_like(totals["fedsv"])
+    for f, share in enumerate(shares):
+        alone = fedsv_f[:, :, f] / max(float(share), 1e-12)
+        completed[:, f] = share * completed_totals(alone, mask, matrices.accepted, weights, model, seed)
+    totals["fedsv_completed"] = completed
+    members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
+    out = {key: fold_stderr(fold_totals, shares) for key, fold_totals in totals.items()}
+    relative = {key: fold_stderr(centered(t, members, axis=0), shares) for key, t in totals.items()}
+    for table in (out, relative):
+        for key in table:
+            table[key][unknown] = math.nan
+    return out, relative
+
+
+def _estimator(matrices: RoundMatrices) -> dict[str, FloatArray]:
+    """Each total's estimator part: rounds are valued independently, so variances add."""
+    variance, mask = np.where(matrices.mask, matrices.estimator_variance, 0.0), matrices.mask
+    fedsv_norms = norms(matrices.fedsv, mask)
+    zeros = np.zeros(len(matrices.ids))
+    return {
+        "fedsv": np.sqrt(variance.sum(axis=0)),
+        "fedsv_normalized": np.sqrt((variance / np.square(fedsv_norms)[:, None]).sum(axis=0)),
+        "fedsv_completed": np.sqrt(np.square(matrices.weights) @ variance),
+        "loo": zeros,
+        "loo_normalized": zeros,
+    }
+
+
+def _shrunk_estimator(matrices: RoundMatrices, shrinkage: Shrinkage, seed: int) -> FloatArray:
+    """The shrunk value's estimator part: the round values' estimator noise through its linear map
+    (simulated; NaN for a member with a round of unknown error)."""
+    variance = np.where(matrices.accepted, matrices.estimator_variance, 0.0)
+    unknown = np.isnan(variance).any(axis=0)
+    sd = np.sqrt(np.nan_to_num(variance))
+    if not sd.any():
+        return np.where(unknown, math.nan, 0.0)
+    noise = np.random.default_rng(seed + 3).standard_normal((REPLICATES, *sd.shape)) * sd
+    moved = shrinkage.apply(matrices.fedsv + noise) - shrinkage.apply(matrices.fedsv)
+    return np.where(unknown, math.nan, np.sqrt(np.mean(np.square(moved), axis=0)))
+
+
+def _shrunk_parts(
+    matrices: RoundMatrices, shrinkage: Shrinkage, reruns: RerunPart, seed: int
+) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
+    """The shrunk value's parts, and those of its totals less the members' mean: the estimator's and
+    the validation set's through its linear map (the fold deviations, round_matrices.fold_deviations);
+    a rerun's from the simulated reruns' shrunk totals (each refitted, with the validation set's noise
+    drawn into it) less those two; the initial model's from the same reruns with its draw, less
+    without."""
+    estimator = _shrunk_estimator(matrices, shrinkage, seed)
+    deviations = fold_deviations(matrices.fedsv_folds, matrices.shares)
+    unsplit = (np.isnan(matrices.fedsv_folds).any(axis=2) & matrices.mask).any(axis=0)
+    members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
+    unknown = np.full(len(matrices.ids), math.nan)
+    validation, validation_relative = unknown.copy(), unknown.copy()
+    if deviations is not None:
+        moved = shrinkage.apply(deviations, shifted=False)  # (F, N)
+        validation = np.sqrt(np.square(moved).sum(axis=0))
+        validation_relative = np.sqrt(np.square(centered(moved, members)).sum(axis=0))
+        validation[unsplit] = validation_relative[unsplit] = math.nan
+    rerun, rerun_relative, initial = unknown, unknown, unknown
+    fixed = reruns.shrunk_fixed_start
+    if fixed is not None:
+        linear = np.square(np.nan_to_num(validation)) + np.square(np.nan_to_num(estimator))
+        rerun = np.sqrt(np.maximum(np.square(spread(fixed)) - linear, 0.0))
+        linear = np.square(np.nan_to_num(validation_relative)) + np.square(np.nan_to_num(estimator))
+        rerun_relative = np.sqrt(np.maximum(np.square(spread(centered(fixed, members))) - linear, 0.0))
+        if reruns.shrunk is not None:
+            initial = spread(reruns.shrunk - fixed)
+    never = ~matrices.mask.any(axis=0)
+    parts = {"estimator": estimator, "validation": validation, "rerun": rerun, "initial": initial}
+    relative = {"estimator": estimator, "validation": validation_relative, "rerun": rerun_relative}
+    return (
+        {name: np.where(never, math.inf, part) for name, part in parts.items()},
+        {name: np.where(never, math.inf, part) for name, part in relative.items()},
+    )
+
+
+def verdict_groups(
+    matrices: RoundMatrices, model: Model | None, between: FloatArray, seed: int = 0
+) -> list[list[int]] | None:
+    """The verdict's groups (verdict.py) of the completed totals by their errors against the members'
+    mean (`between`), as column indices: the members the shrunk value pulls each other towards. None
+    (one group) where the verdict cannot test (fewer than two members with a known error)."""
+    totals = completed_totals(matrices.fedsv, matrices.mask, matrices.accepted, matrices.weights, model, seed)
+    found = verdict(
+        dict(zip(matrices.ids, map(float, totals), strict=True)),
+        dict(zip(matrices.ids, map(float, between), strict=True)),
+    )
+    if math.isnan(found.p_value):
+        return None
+    column = {pid: k for k, pid in enumerate(matrices.ids)}
+    return [[column[pid] for pid in group] for group in found.groups]
+
+
+def uncertainty(
+    matrices: RoundMatrices, model: Model | None, replicates: int = REPLICATES, seed: int = 0
+) -> Uncertainty:
+    """Every total's standard error by part, and the shrunk value's fit (shrinkage.py) with the
+    verdict's groups (verdict_groups); `model`: the completion's (None: nothing was missing)."""
+    never = ~matrices.mask.any(axis=0)
+    validation, validation_relative = _validation(matrices, model, seed)
+    estimator = _estimator(matrices)
+
+    def grouping(rerun_relative: FloatArray) -> list[list[int]] | None:
+        parts = (estimator, validation_relative)
+        squares = sum(np.square(part["fedsv_completed"]) for part in parts) + np.square(rerun_relative)
+        return verdict_groups(matrices, model, np.where(never, math.inf, np.sqrt(squares)), seed)
+
+    reruns = rerun_part(matrices, model, replicates, seed, grouping)
+    relative = {"estimator": dict(estimator), "validation": validation_relative, "rerun": reruns.relative}
+    parts = {
+        "estimator": estimator,
+        "validation": validation,
+        "rerun": reruns.rerun,
+        "initial": reruns.initial,
+    }
+    for by_key in (*parts.values(), *relative.values()):
+        by_key["fedsv_completed"] = np.where(never, math.inf, by_key["fedsv_completed"])
+    shrinkage = reruns.shrinkage
+    alone = np.zeros(len(matrices.ids), dtype=np.bool_)
+    for group in reruns.groups or []:
+        alone[group] = len(group) == 1 and bool(shrinkage.known[group[0]])
+    shrunk, shrunk_relative = _shrunk_parts(matrices, shrinkage, reruns, seed)
+    for name, value in shrunk.items():
+        parts[name]["fedsv_shrunk"] = np.where(alone, parts[name]["fedsv_completed"], value)
+    for name, value in shrunk_relative.items():
+        relative[name]["fedsv_shrunk"] = np.where(alone, relative[name]["fedsv_completed"], value)
+    return Uncertainty(parts, shrinkage, relative, alone)

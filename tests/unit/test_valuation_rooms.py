@@ -1,0 +1,84 @@
+"""fedsv.valuation in rooms by concern: each room imports only the rooms below it, the estimators no torch."""
+
+from __future__ import annotations
+
+import pytest
+
+import fedsv.valuation
+from tests.unit.test_import_cycles import circles, import_graph
+from tests.unit.test_layers import imported_names, modules_of
+
+ROOMS: dict[str, set[str]] = {
+    "games": set(),  # cooperative games and the estimators: numpy only
+    "round": {"games"},  # one FL round as a game, in torch
+    "accounting": {"games"},  # values per round and across rounds, completion, recommended value, verdict
+    "errors": {"games", "accounting"},  # what a value's standard error is made of
+    "": {"games", "round", "accounting", "errors"},  # federated.py, round_valuation.py: they join the rooms
+}
+"""Each room of fedsv.valuation and the rooms it may import; "" is the package's own modules."""
+
+NO_TORCH = ("games", "accounting", "errors")
+"""Rooms that compute in numpy: they import no torch (round games are torch, and live in round/)."""
+
+PUBLIC = [
+    "AggregationRule", "CallableGame", "Estimator", "ExactShapley", "FederatedValuation", "GTGShapley",
+    "Game", "GroupTesting", "KernelSHAP", "LeaveOneOut", "LeverageSHAP", "PermutationSampling", "Plan",
+    "RandomValues", "RegressionMSR", "RoundGame", "RoundValues", "StratifiedSVARM", "ValuationResult",
+    "ValuationSpec", "plan", "shapley_values",
+]  # fmt: skip
+"""fedsv.valuation's public names before the rooms: they stay importable from the package."""
+
+
+def room_of(module: str) -> str | None:
+    """The room of a fedsv.valuation module ("" for the package's own modules); None outside it."""
+    parts = module.split(".")
+    if parts[:2] != ["fedsv", "valuation"]:
+        return None
+    return parts[2] if len(parts) > 3 else ""
+
+
+def test_every_module_of_the_valuation_package_is_in_a_room() -> None:
+    modules = modules_of("fedsv.valuation")
+    assert {room_of(name) for name in modules} == set(ROOMS)
+    assert "fedsv.valuation.games.permutation" in modules and "fedsv.valuation.round.round_game" in modules
+
+
+@pytest.mark.parametrize("room", list(ROOMS))
+def test_each_room_imports_only_the_rooms_below_it(room: str) -> None:
+    """Statically, lazy and type-only imports included; the estimators' room imports nothing of fedsv
+    but itself (no FL module) and no torch."""
+    bad = []
+    for module, path in modules_of("fedsv.valuation").items():
+        if room_of(module) != room or module == "fedsv.valuation":
+            continue
+        for line, name in imported_names(module, path):
+            target = room_of(name)
+            if target is not None and target != room and target not in ROOMS[room]:
+                bad.append(f"{path}:{line}: {room or 'the package'} must not import {name}")
+            if room == "games" and name.startswith("fedsv.") and target != "games":
+                bad.append(f"{path}:{line}: the estimators import {name}")
+            if room in NO_TORCH and name.split(".")[0] in ("torch", "triton"):
+                bad.append(f"{path}:{line}: {room} imports {name}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_a_room_importing_upwards() -> None:
+    assert room_of("fedsv.valuation.games.exact") == "games" and room_of("fedsv.valuation.federated") == ""
+    assert "round" not in ROOMS["games"] and "errors" not in ROOMS["accounting"]
+    assert room_of("fedsv.fl.aggregation") is None
+
+
+def test_no_circle_type_only_imports_included() -> None:
+    """In fedsv.valuation and everywhere else (the game and its per-cell scores once made one)."""
+    graph = import_graph(type_only=True)
+    assert graph["fedsv.valuation.games.class_scores"] >= {"fedsv.valuation.games.game"}
+    assert "fedsv.valuation.games.class_scores" not in graph["fedsv.valuation.games.game"]
+    assert not circles(graph), circles(graph)
+
+
+def test_the_public_api_is_unchanged() -> None:
+    assert sorted(fedsv.valuation.__all__) == sorted(PUBLIC)
+    for name in PUBLIC:
+        assert getattr(fedsv.valuation, name) is not None
+    with pytest.raises(AttributeError, match="no attribute"):
+        _ = fedsv.valuation.nothing_here
