@@ -32,11 +32,18 @@ class LivePage:
         self.run_dir = Path(run_dir)
         self._wanted = threading.Event()
         self._stop = threading.Event()
+        self._attempts = 0  # writes attempted, failed ones included
+        self._attempted = threading.Condition()
         self._thread = threading.Thread(target=self._loop, name="fedsv-live-page", daemon=True)
         self._thread.start()
 
     def refresh(self) -> None:
         self._wanted.set()
+
+    def wait_for_writes(self, count: int, timeout: float) -> bool:
+        """Wait until `count` writes were attempted (failed ones count): False if `timeout` passed first."""
+        with self._attempted:
+            return self._attempted.wait_for(lambda: self._attempts >= count, timeout)
 
     def close(self) -> None:
         """Stop after the write under way, if any (report_files.write_outputs writes the run's final page)."""
@@ -54,3 +61,6 @@ class LivePage:
                 write_page(self.run_dir)
             except Exception:
                 logger.warning("could not rewrite %s/report.html", self.run_dir, exc_info=True)
+            with self._attempted:
+                self._attempts += 1
+                self._attempted.notify_all()

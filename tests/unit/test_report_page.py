@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -44,7 +45,16 @@ def test_the_page_is_written_whole_and_a_live_page_never_raises(
     page = write_page(tmp_path, made_up_report(["p000", "p001", "p002"]))
     assert page.name == "report.html" and "fedsv report" in page.read_text()
     assert not list(tmp_path.glob(".report.html.partial"))
+    # a page that cannot be written (no run there) is logged, and the thread goes on to the next refresh
     live = LivePage(tmp_path / "no-run-here")
-    live.refresh()
-    live.close()
+    try:
+        with caplog.at_level(logging.WARNING, logger="fedsv.app.live_page"):
+            live.refresh()
+            assert live.wait_for_writes(1, timeout=120)
+            live.refresh()
+            assert live.wait_for_writes(2, timeout=120)  # the failure did not end the thread
+    finally:
+        live.close()
+    failures = [r for r in caplog.records if r.message.startswith("could not rewrite")]
+    assert len(failures) == 2 and all(r.exc_info for r in failures)
     assert not (tmp_path / "no-run-here" / "report.html").exists()
