@@ -133,6 +133,7 @@ class SampleMaxGame(Game):
         self.fold, shares = fold_split(n, folds)
         self.store = ClassScores(m, 1, shares)
         per_sample = np.stack([-airport(list(self.costs[:, s]))[2] for s in range(n)], axis=1)
+        self.per_sample = per_sample  # (m, n): each sample's values
         self.values = per_sample.mean(axis=1)
         self.validation_noise = per_sample.std(axis=1, ddof=1) / np.sqrt(n)
 

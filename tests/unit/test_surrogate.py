@@ -133,14 +133,17 @@ def test_a_game_without_a_surrogate_is_valued_by_the_sampler_alone() -> None:
 def test_the_noise_target_reads_the_folds_with_the_surrogates_values_added_back() -> None:
     """The target's values per fold are U's (the residual's plus G's): they add up to the values."""
     game_costs = costs(5)
-    result = SurrogateCorrected(to_noise(0.5, seed=2), Settings(seed=2), near(game_costs, 0.05)).run(
-        SampleMaxGame(game_costs)
-    )
+    surrogate, game = near(game_costs, 0.05), SampleMaxGame(game_costs)
+    result = SurrogateCorrected(to_noise(0.5, seed=2), Settings(seed=2), surrogate).run(game)
     folds = np.asarray(result.extra["target"]["fold_values"])
     np.testing.assert_allclose(folds.sum(axis=1), result.values, atol=1e-9)
-    noise = SampleMaxGame(game_costs).validation_noise
     limits = np.asarray(result.extra["target"]["thresholds"]) / 0.5
-    assert np.median(limits / noise) == pytest.approx(1.0, rel=0.6)  # U's noise, not the residual's
+    # the limits follow U's noise (measured 1.03 of it; 8 folds estimate it within about 25%), not the
+    # residual's, which is 0.58 of U's here: read from the residual they would sit at about 0.6
+    residual = surrogate.per_sample - game.per_sample
+    residual_noise = residual.std(axis=1, ddof=1) / np.sqrt(residual.shape[1])
+    assert np.median(residual_noise / game.validation_noise) < 0.7  # the two are told apart
+    assert np.median(limits / game.validation_noise) == pytest.approx(1.0, rel=0.2)
 
 
 def test_beyond_sixteen_players_the_surrogates_values_are_sampled_and_still_add_back() -> None:
