@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from prometheus_client import CollectorRegistry
 
 from fedsv.ledger import Checkpoint, EffectRow, Ledger, UpdateRow
@@ -34,4 +35,23 @@ def test_a_valued_round_and_a_pending_one_reach_the_ledger_and_the_metrics(tmp_p
         sink.commit(make_record(2), None, [], Checkpoint(2, b"w", "{}"), [])  # its values follow
         assert [r.round for r in ledger.rounds()] == [1, 2] and len(ledger.values()) == 2
         assert registry.get_sample_value("fedsv_rounds_completed_total") == 2
-    RoundSink(None, None, accounting).commit(make_record(3), None, [], None, [])  # no ledger: no checkpoint
+
+
+def test_without_a_ledger_a_round_reaches_the_metrics_and_with_one_it_needs_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    registry = CollectorRegistry()
+    accounting = FederatedValuation(["p000", "p001", "p002"])
+    record = make_record(1)
+    values = RoundValues(1, record.received, np.array([0.03, 0.02]), np.array([0.01, 0.0]), 0.1, 0.15,
+                         "exact", 4, 0.01)  # fmt: skip
+    accounting.add_round(values)
+    RoundSink(None, RunMetrics(registry), accounting).commit(record, values, [], None, [])  # no checkpoint
+    assert registry.get_sample_value("fedsv_rounds_completed_total") == 1
+    assert registry.get_sample_value("fedsv_participant_fedsv", {"participant": "p000"}) == 0.03
+    assert not list(tmp_path.iterdir())  # nothing written anywhere
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        with pytest.raises(ValueError, match="needs the round's checkpoint"):
+            RoundSink(ledger, None, accounting).commit(make_record(2), None, [], None, [])
+        assert ledger.rounds() == []  # the round refused is not half-recorded
