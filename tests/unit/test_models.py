@@ -101,12 +101,17 @@ def test_build_model_errors() -> None:
         build_model("cnn_cifar", (1, 28, 28))
 
 
-def test_resnet18_has_its_size_and_every_round_game_mode_gives_its_utilities() -> None:
+def test_resnet18_has_its_size_and_every_round_game_mode_gives_its_utilities(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """ResNet-18 (fedsv.task.resnet): 11.17 M parameters at 3x32x32; on 3x8x8 images (cheap: the pooling
-    adapts) the traced fast path, the batched path and a naive forward per coalition agree."""
+    adapts) the traced fast path (its head under vmap, as on a GPU), "fast" as the CPU runs it (one model
+    per coalition), the batched path and a hand-written forward per coalition agree."""
     from fedsv.fl.state import apply_delta, federated_state
     from fedsv.valuation import RoundGame
     from fedsv.valuation.games.exact import all_coalitions
+    from fedsv.valuation.round.executors import planner
+    from fedsv.valuation.round.executors.fast import FastExecutor, VmapHead
 
     full = build_model("resnet18", (3, 32, 32), seed=0)
     assert sum(p.numel() for p in full.parameters()) == 11_173_962
@@ -124,6 +129,11 @@ def test_resnet18_has_its_size_and_every_round_game_mode_gives_its_utilities() -
     assert "traced: Conv2d 'conv1'" in games["fast"].computed_by  # the stem is cut off, the rest traced
     # on the CPU a head of residual convolutions runs one model per coalition, faster than under vmap
     assert games["fast"].mode == "naive" and "one model per coalition" in games["fast"].computed_by
+    with monkeypatch.context() as patched:  # the traced head under vmap, as a GPU runs it
+        patched.setattr(planner, "NAIVE_CPU_CONVOLUTIONS", False)
+        traced = RoundGame(model, w, deltas, [1, 2, 3], x, y, metric="neg_loss", mode="fast")
+    assert isinstance(traced.executor, FastExecutor) and isinstance(traced.executor.head, VmapHead)
+    games["traced"] = traced
     utilities = {mode: game.utilities(members) for mode, game in games.items()}
     naive = []
     for row in members:

@@ -25,6 +25,10 @@ CPU_CONVOLUTIONS = (
 )
 """Why "fast" runs such a head (a ResNet's residual blocks) one model per coalition on the CPU."""
 
+NAIVE_CPU_CONVOLUTIONS = True
+"""Whether "fast" runs a head of convolutions one model per coalition on the CPU (CPU_CONVOLUTIONS);
+off, the traced head runs under vmap there as on a GPU (how a test checks that path on a CPU)."""
+
 
 def _fails(compute: Compute, probe: Callable[[], object]) -> str | None:
     """None if the probe runs, otherwise why not (its exception, shortened)."""
@@ -82,7 +86,7 @@ def plan_executor(
                 executor = FastExecutor(inputs, compute, memory, split, head)
                 return executor, executor.how
             convolutions = any(isinstance(layer, nn.Conv2d) for layer in split.head.modules())
-            if convolutions and compute.device.type == "cpu":
+            if convolutions and compute.device.type == "cpu" and NAIVE_CPU_CONVOLUTIONS:
                 naive = NaiveExecutor(inputs, compute, memory)
                 return naive, f"{found}; {naive.how}: {CPU_CONVOLUTIONS}"
             vmapped = VmapHead(split, inputs, compute)
