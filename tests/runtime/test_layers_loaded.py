@@ -20,21 +20,28 @@ from tests.unit.test_layers import (
 )
 
 
-@pytest.mark.parametrize("layer", list(ALLOWED))
-def test_importing_a_layer_loads_only_the_layers_below_it(layer: str, tmp_path: Path) -> None:
-    """In a fresh interpreter, outside the checkout: import every module of the layer, read sys.modules."""
-    # A module that needs a package installed only on some machines is imported only where it is.
-    modules = sorted(name for name in modules_of(layer) if installed_for(name))
+def _loaded_after_importing(modules: list[str], where: Path) -> list[str]:
+    """sys.modules of a fresh interpreter, started in `where` (outside the checkout), once it has
+    imported `modules`."""
     proc = subprocess.run(
         [sys.executable, "-c", LOAD_LAYER, *modules],
-        cwd=tmp_path,
+        cwd=where,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    loaded = json.loads(proc.stdout)
+    loaded: list[str] = json.loads(proc.stdout)
+    return loaded
+
+
+@pytest.mark.parametrize("layer", list(ALLOWED))
+def test_importing_a_layer_loads_only_the_layers_below_it(layer: str, tmp_path: Path) -> None:
+    """In a fresh interpreter, outside the checkout: import every module of the layer, read sys.modules."""
+    # A module that needs a package installed only on some machines is imported only where it is.
+    modules = sorted(name for name in modules_of(layer) if installed_for(name))
+    loaded = _loaded_after_importing(modules, tmp_path)
     assert set(modules) <= set(loaded)
     layers = {found for name in loaded if name.startswith("fedsv.") and (found := layer_of(name))}
     extra = layers - {layer, *ALLOWED[layer]}
@@ -51,16 +58,7 @@ def test_the_estimators_load_without_torch(tmp_path: Path) -> None:
     modules = sorted(
         name for name in modules_of("fedsv.valuation") if name.startswith("fedsv.valuation.games")
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", LOAD_LAYER, *modules],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    loaded = set(json.loads(proc.stdout))
+    loaded = set(_loaded_after_importing(modules, tmp_path))
     assert set(modules) <= loaded and "fedsv.valuation.games.permutation" in loaded
     assert not {name for name in loaded if name.split(".")[0] == "torch"}
     assert not {name for name in loaded if name.startswith(("fedsv.fl", "fedsv.valuation.round"))}
