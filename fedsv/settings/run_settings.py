@@ -55,7 +55,8 @@ RUN_SETTINGS: dict[str, Setting] = {
         D,
         "",
         "per-rank corruptions, e.g. '0-3=flip:0.1;7=backdoor;8=keep:30;9=mimic:1' (flip:R, backdoor, "
-        "scale:F, count:N, noise:NORM, replay, mimic[:NOISE], keep:N; '+' joins several)",
+        "scale:F, count:N, noise:NORM, replay, mimic[:NOISE], keep:N, copy:RANK (a second identity with "
+        "RANK's shard); '+' joins several)",
     ),
     # training
     "fraction": Setting(T, 0.5, "fraction C of participants selected per round", Share()),
