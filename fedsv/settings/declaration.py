@@ -98,3 +98,5 @@ class Setting:
     help: str
     range: Range | None = None
     choices: type[StrEnum] | None = None
+    later: bool = False  # added after runs were recorded: at its default (the behaviour before it) it is
+    # left out of a run's record and id, so that a run recorded before it resumes

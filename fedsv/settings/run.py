@@ -22,7 +22,7 @@ from fedsv.settings.choices import (
     ValidationFrom,
     ValuationMethod,
 )
-from fedsv.settings.schema import check_settings, setting
+from fedsv.settings.schema import SCHEMA, check_settings, setting
 from fedsv.task.interface import LoadedTask
 from fedsv.task.sources import SimulationSettings, run_task
 from fedsv.valuation import ValuationSpec
@@ -231,4 +231,11 @@ class RunConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The run's record (its ledger's config and its id): every setting, but one added later at its
+        default, which the runs recorded before it ran with (Setting.later)."""
+        later = {name for name, declared in SCHEMA.items() if declared.later}
+        return {
+            name: value
+            for name, value in asdict(self).items()
+            if not (name in later and value == SCHEMA[name].default)
+        }

@@ -140,6 +140,7 @@ RUN_SETTINGS: dict[str, Setting] = {
         False,
         "value the members of a round whose updates are far more alike than independent data give (a "
         "second identity with a copy of an owner's data) as one player, their value split equally",
+        later=True,
     ),
     "valuation_exact_seconds": Setting(
         V,

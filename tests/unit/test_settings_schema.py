@@ -18,6 +18,7 @@ from fedsv.app.launch import LaunchConfig
 from fedsv.app.study.config import StudyConfig
 from fedsv.config.flags import add_dataclass_args, build_config, load_config_file
 from fedsv.coordinator.server_config import ServerConfig
+from fedsv.ledger import Ledger, LedgerError
 from fedsv.participant.config import ParticipantConfig
 from fedsv.settings.run import RunConfig
 from fedsv.settings.run_spec import CARRIED, from_run_spec, to_run_spec
@@ -217,3 +218,21 @@ def test_every_setting_round_trips_through_flags_json_and_the_wire(
         wire = from_run_spec(to_run_spec(from_flags, "run-x", "none", 1 << 20))
         assert getattr(wire, name) == value
         assert {n: getattr(wire, n) for n in CARRIED} == {n: getattr(from_flags, n) for n in CARRIED}
+
+
+def test_a_setting_added_later_at_its_default_leaves_a_recorded_run_resumable(tmp_path: Path) -> None:
+    """A run recorded before valuation_merge_redundant existed ran without merging, its default: the
+    same settings now give the same record and run id, so its ledger resumes; merging on is recorded."""
+    from fedsv.coordinator.server import run_id_of
+
+    assert SCHEMA["valuation_merge_redundant"].later
+    run = RunConfig(participants=6)
+    before = {k: v for k, v in dataclasses.asdict(run).items() if k != "valuation_merge_redundant"}
+    assert run.to_dict() == before
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.ensure_run(run_id_of(run), before)  # as the run was recorded before the setting
+        ledger.ensure_run(run_id_of(RunConfig(participants=6)), RunConfig(participants=6).to_dict())
+        merging = RunConfig(participants=6, valuation_merge_redundant=True)
+        assert merging.to_dict()["valuation_merge_redundant"] is True
+        with pytest.raises(LedgerError, match="valuation_merge_redundant"):
+            ledger.ensure_run(run_id_of(merging), merging.to_dict())
