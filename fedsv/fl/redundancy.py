@@ -27,26 +27,35 @@ REDUNDANT = 0.15
 pair's (copies: 0.01 to 0.06; members with data of their own: 0.3 and up)."""
 
 
-def relative_distances(deltas: Sequence[Mapping[str, Tensor]]) -> np.ndarray:
-    """||a - b||^2 / (||a||^2 + ||b||^2) for every pair of the deltas, (m, m) (0 where both are zero)."""
-    names = list(deltas[0])
-    matrices = [torch.stack([d[name].reshape(-1) for d in deltas]) for name in names]
-    squared = pairwise_distances(matrices).cpu().numpy()
-    norms = np.zeros(len(deltas))
-    for matrix in matrices:
-        norms += matrix.to(torch.float64).pow(2).sum(dim=1).cpu().numpy()
-    scale = norms[:, None] + norms[None, :]
-    return np.divide(squared, scale, out=np.zeros_like(squared), where=scale > 0)
+def delta_matrices(deltas: Sequence[Mapping[str, Tensor]]) -> list[Tensor]:
+    """The deltas stacked per tensor, (m, numel) each (a round game holds them so already)."""
+    return [torch.stack([d[name].reshape(-1) for d in deltas]) for name in deltas[0]]
 
 
-def redundant_groups(deltas: Sequence[Mapping[str, Tensor]], share: float = REDUNDANT) -> list[list[int]]:
-    """The round's members (indices into `deltas`) grouped by redundancy: pairs whose relative distance
-    is below `share` of the median pair's, linked transitively; a member alone is a group of one."""
-    m = len(deltas)
+def relative_distances(matrices: Sequence[Tensor], squared: Tensor | None = None) -> np.ndarray:
+    """||a - b||^2 / (||a||^2 + ||b||^2) for every pair of the deltas whose tensors are the rows of
+    `matrices`, (m, m) (0 where both are zero); `squared`: their pairwise squared distances where already
+    computed (a selecting aggregation rule's)."""
+    if squared is None:
+        squared = pairwise_distances(list(matrices))
+    distances = squared.to(torch.float64).cpu().numpy()
+    norms = sum(matrix.to(torch.float64).pow(2).sum(dim=1) for matrix in matrices)
+    lengths = np.asarray(torch.as_tensor(norms).cpu().numpy(), dtype=np.float64)
+    scale = lengths[:, None] + lengths[None, :]
+    return np.divide(distances, scale, out=np.zeros_like(distances), where=scale > 0)
+
+
+def redundant_groups(
+    matrices: Sequence[Tensor], squared: Tensor | None = None, share: float = REDUNDANT
+) -> list[list[int]]:
+    """The round's members (the rows of `matrices`, its deltas stacked per tensor) grouped by redundancy:
+    pairs whose relative distance is below `share` of the median pair's, linked transitively; a member
+    alone is a group of one. `squared`: the pairwise squared distances, where already computed."""
+    m = int(matrices[0].shape[0])
     groups = [[i] for i in range(m)]
     if m < 3:
         return groups
-    relative = relative_distances(deltas)
+    relative = relative_distances(matrices, squared)
     pairs = np.triu_indices(m, 1)
     median = float(np.median(relative[pairs]))
     if not median > 0:

@@ -75,5 +75,7 @@ def value_updates(
         before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
         zeros = np.zeros(len(ids))
         return RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
-    groups = redundant_groups(deltas) if spec.merge_redundant else None
+    groups = None
+    if spec.merge_redundant:  # from the deltas as the game stacked them (distances where a rule needed them)
+        groups = redundant_groups(list(game.inputs.delta_matrices.values()), game.inputs.distances)
     return accounting.value_round(game, ids, number, spec, on_plan, selected, groups)

@@ -10,7 +10,7 @@ import torch
 
 from fedsv.app.demo import DemoConfig, run_demo
 from fedsv.data import load_dataset
-from fedsv.fl.redundancy import redundant_groups, relative_distances
+from fedsv.fl.redundancy import delta_matrices, redundant_groups, relative_distances
 from fedsv.fl.state import params_of
 from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
@@ -84,13 +84,15 @@ def _mnist_round(copies: dict[int, int]) -> tuple[RoundGame, list[dict[str, torc
 
 def test_a_copy_is_redundant_and_members_with_data_of_their_own_are_not() -> None:
     game, deltas = _mnist_round({5: 2})
-    relative = relative_distances(deltas)
+    relative = relative_distances(delta_matrices(deltas))
     pairs = np.triu_indices(6, 1)
     assert relative[2, 5] < 0.15 * np.median(relative[pairs])  # the copy, shuffled otherwise
-    groups = redundant_groups(deltas)
+    groups = redundant_groups(delta_matrices(deltas))
     assert groups == [[0], [1], [2, 5], [3], [4]]
-    assert redundant_groups(_mnist_round({})[1]) == [[i] for i in range(6)]
-    assert redundant_groups(deltas[:2]) == [[0], [1]]  # two members: nothing to compare with
+    assert redundant_groups(delta_matrices(_mnist_round({})[1])) == [[i] for i in range(6)]
+    assert redundant_groups(delta_matrices(deltas[:2])) == [[0], [1]]  # two members: nothing to compare with
+    inputs = game.inputs  # the game's own stacked deltas give the same groups
+    assert redundant_groups(list(inputs.delta_matrices.values())) == groups
     ids = [f"p{i}" for i in range(6)]
     apart = FederatedValuation().value_round(game, ids, 1, ValuationSpec(method="exact"))
     merged = FederatedValuation().value_round(game, ids, 1, ValuationSpec(method="exact"), groups=groups)
