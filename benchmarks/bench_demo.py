@@ -26,10 +26,14 @@ from fixtures import load_average, machine, print_table
 
 from fedsv.app.launch import Launch, LaunchConfig
 from fedsv.app.report_files import write_outputs
-from fedsv.config.flags import add_dataclass_args, build_config
 from fedsv.ledger import Ledger, federated_valuation
 from fedsv.settings.choices import ValuationSchedule
 from fedsv.settings.run import RunConfig
+from fedsv.settings.sources import ProcessSettings, add_settings, load_settings
+
+
+class RunSettings(ProcessSettings, RunConfig):
+    """The run's settings, from flags, --config and FEDSV_* as `fedsv launch` reads them."""
 
 
 @dataclass
@@ -73,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="")
-    add_dataclass_args(parser, RunConfig)
+    source = add_settings(parser, RunSettings)
     args = parser.parse_args(argv)
-    run = build_config(RunConfig, args, None)
+    run = load_settings(RunSettings, source, args).part(RunConfig)
     base = Path(args.out or tempfile.mkdtemp(prefix="fedsv-bench-demo-"))
     print(f"command: {' '.join(sys.argv)}")
     print(f"machine: {machine()}; load average at start {load_average()}")

@@ -10,19 +10,30 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from pydantic_settings import CliSettingsSource
 
 from fedsv.app.demo import DemoConfig, main_demo
 from fedsv.app.launch import Launch, LaunchConfig, LaunchError
 from fedsv.app.study.cli import add_study_parser, main_study
 from fedsv.app.study.runner import StudyError
-from fedsv.config.flags import add_dataclass_args, build_config, build_configs, load_config_file
 from fedsv.config.logs import add_log_level, configure_logging
 from fedsv.ledger import LedgerError
 from fedsv.settings.run import RunConfig
-from fedsv.settings.schema import add_setting_argument
+from fedsv.settings.schema import SCHEMA, checked_setting
+from fedsv.settings.sources import ProcessSettings, add_settings, load_settings
 
 
-def _parser() -> argparse.ArgumentParser:
+class LaunchSettings(ProcessSettings, LaunchConfig, RunConfig):
+    """Every setting of `fedsv launch`: the run's and where it runs on this machine."""
+
+
+class DemoSettings(ProcessSettings, DemoConfig):
+    """Every setting of `fedsv demo`."""
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, CliSettingsSource[Any]]]:
     parser = argparse.ArgumentParser(
         prog="fedsv", description="Federated learning with federated Shapley values."
     )
@@ -30,9 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     launch = sub.add_parser("launch", help="run a coordinator and participant processes on this machine")
-    launch.add_argument("--config", default=None, help="JSON file of run settings (flags override it)")
-    add_dataclass_args(launch, RunConfig)
-    add_dataclass_args(launch, LaunchConfig)
+    sources = {"launch": add_settings(launch, LaunchSettings)}
 
     report = sub.add_parser("report", help="print the values and traffic of a finished run")
     report.add_argument(
@@ -52,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
     certs = sub.add_parser("certs", help="create a run's CA, coordinator and per-participant certificates")
     certs.add_argument("--out", required=True, help="directory to write them into (keys 0600)")
-    add_setting_argument(certs, "participants", required=True)
+    certs.add_argument("--participants", type=int, required=True, help=SCHEMA["participants"].description)
     certs.add_argument(
         "--hosts", default="", help="extra names/IPs of the coordinator, comma-separated (e.g. its DNS name)"
     )
@@ -78,19 +87,18 @@ def _parser() -> argparse.ArgumentParser:
     payout.add_argument("--out", default="", help="CSV to write (default RUN_DIR/payout.csv)")
 
     demo = sub.add_parser("demo", help="train FedAvg in this process and value every round's deltas")
-    demo.add_argument("--config", default=None, help="JSON file of settings (flags override it)")
-    add_dataclass_args(demo, DemoConfig)
-    add_study_parser(sub)
-    return parser
+    sources["demo"] = add_settings(demo, DemoSettings)
+    sources["study"] = add_study_parser(sub)
+    return parser, sources
 
 
-def main_launch(args: argparse.Namespace) -> int:
+def main_launch(args: argparse.Namespace, source: CliSettingsSource[Any]) -> int:
     from fedsv.app.live_page import LivePage
     from fedsv.app.report_files import write_outputs
     from fedsv.app.report_text import format_table
 
-    file_values = load_config_file(args.config) if args.config else {}
-    run, launch_config = build_configs(args, file_values, RunConfig, LaunchConfig)
+    settings = load_settings(LaunchSettings, source, args)
+    run, launch_config = settings.part(RunConfig), settings.part(LaunchConfig)
     launch = Launch(run, launch_config, log_level=args.log_level)
     print(
         f"fedsv launch: {run.participants} participants ({run.selected_per_round} per round), "
@@ -123,7 +131,8 @@ def main_certs(args: argparse.Namespace) -> int:
     from fedsv.security.certs import generate
 
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
-    made = generate(args.out, args.participants, hosts, args.days)
+    participants = checked_setting("participants", args.participants)
+    made = generate(args.out, participants, hosts, args.days)
     names = ", ".join(["localhost", "127.0.0.1", "::1", *hosts])
     print(
         f"wrote ca.pem/.key, coordinator.pem/.key (for {names}), "
@@ -169,7 +178,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    parser, sources = _parser()
     args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (kill, a scheduler ending the job) unwinds like Ctrl-C: a launch or a study stops the
@@ -178,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         if args.command == "launch":
-            return main_launch(args)
+            return main_launch(args, sources["launch"])
         if args.command == "certs":
             return main_certs(args)
         if args.command == "report":
@@ -186,9 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "payout":
             return main_payout(args)
         if args.command == "study":
-            return main_study(args)
-        file_values = load_config_file(args.config) if args.config else None
-        return main_demo(build_config(DemoConfig, args, file_values))
+            return main_study(args, sources["study"])
+        return main_demo(load_settings(DemoSettings, sources["demo"], args).part(DemoConfig))
     except BrokenPipeError:
         # The reader went away (`fedsv report RUN | head`): stop quietly, as other Unix tools do, and
         # point stdout at /dev/null so the interpreter's final flush does not fail again.

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from fedsv.data.corruptions import declared_count, parse_corruption
@@ -29,19 +30,20 @@ from fedsv.valuation.round.initial_spread import measure
 from fedsv.valuation.round_valuation import GameSettings
 
 
-@dataclass(frozen=True)
 class DemoConfig(RunConfig):
     """A run's settings (every RunConfig field, as for `fedsv launch`) plus two demo shortcuts."""
 
     data: str = setting("data")
-    noisy: int = field(default=0, metadata={"help": "the first K ranks train on corrupted data"})
-    corruption: str = field(default="flip:0.5", metadata={"help": "corruption of the noisy ranks"})
+    noisy: int = Field(default=0, description="the first K ranks train on corrupted data", ge=0)
+    corruption: str = Field(default="flip:0.5", description="corruption of the noisy ranks")
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.noisy <= max(self.participants, 0):
+    @model_validator(mode="after")
+    def _check_demo(self) -> DemoConfig:
+        """No more noisy ranks than ranks; a corruption that parses."""
+        if self.noisy > self.participants:
             raise ValueError(f"noisy must be between 0 and participants, got {self.noisy}")
         parse_corruption(self.corruption)
-        super().__post_init__()
+        return self
 
     def corruptions(self) -> dict[int, str]:
         """Ranks of `corrupt`, plus the first `noisy` ranks with `corruption` where `corrupt` names none."""

@@ -11,17 +11,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedsv.config.checks import check_seconds
+from pydantic import Field, model_validator
+
+from fedsv.config.checks import MAX_SECONDS
 from fedsv.fl.device import resolve_device
 from fedsv.fl.ranks import block_of
 from fedsv.ledger import LEDGER_FILE, Ledger, RoundRecord
 from fedsv.security import certs
 from fedsv.settings.choices import ValuationSchedule
+from fedsv.settings.model import ConfigModel
 from fedsv.settings.run import RunConfig
-from fedsv.settings.schema import check_settings, setting
+from fedsv.settings.schema import setting
 from fedsv.valuation.accounting.rounds import valuation_time
 
 logger = logging.getLogger(__name__)
@@ -31,8 +33,7 @@ class LaunchError(Exception):
     """The run's processes could not be started; the message is one line for the user."""
 
 
-@dataclass(frozen=True)
-class LaunchConfig:
+class LaunchConfig(ConfigModel):
     """How `fedsv launch` places the run on this machine."""
 
     out: str = setting("out")
@@ -43,22 +44,27 @@ class LaunchConfig:
     metrics_port: int = setting(
         "metrics_port", default=0, why="an ephemeral port, so that runs on one machine never collide"
     )
-    timeout: float = field(
-        default=3600.0, metadata={"help": "give up on the whole run after this many seconds"}
+    timeout: float = Field(
+        default=3600.0,
+        description="give up on the whole run after this many seconds",
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
     )
     linger: float = setting("linger")
     valuation_schedule: ValuationSchedule = setting("valuation_schedule")
     device: str = setting("device")
     insecure: bool = setting("insecure")
 
-    def __post_init__(self) -> None:
-        check_settings(self)  # ranges, as the schema declares them
-        check_seconds("timeout", self.timeout)
+    @model_validator(mode="after")
+    def _check_launch(self) -> LaunchConfig:
+        """A device that exists."""
         if self.device:
             try:
                 resolve_device(self.device)
             except ValueError as exc:
                 raise ValueError(f"device: {exc}") from None
+        return self
 
 
 def last_error(path: Path) -> str:

@@ -1,8 +1,7 @@
-"""The checks settings share: one-line errors that name the setting, and ranges for ports and numbers."""
+"""Checks beyond a field's range (one line naming the setting), and the wire's largest numbers."""
 
 from __future__ import annotations
 
-import math
 import os
 from enum import Enum
 from pathlib import Path
@@ -13,16 +12,6 @@ def require(ok: bool, name: str, rule: str, value: object) -> None:
     if not ok:
         shown = value.value if isinstance(value, Enum) else value  # a choice as the user wrote it
         raise ValueError(f"{name} must be {rule}, got {shown!r}")
-
-
-def check_port(name: str, value: int, off: bool = False) -> None:
-    """A TCP port 0..65535 (0: ephemeral), or -1 (off) where `off` is allowed."""
-    low = -1 if off else 0
-    require(low <= value <= 65535, name, f"a port in {low}..65535", value)
-
-
-def check_positive(name: str, value: float) -> None:
-    require(math.isfinite(value) and value > 0, name, "a positive finite number", value)
 
 
 INT32_MAX = 2**31 - 1
@@ -37,18 +26,6 @@ MAX_SEED = 2**32 - 1
 MAX_SECONDS = 10**8
 """The longest timeout (about three years): deadlines stay within int64 milliseconds on the wire and
 within what the threads' waits accept."""
-
-
-def check_count(name: str, value: int, low: int = 1, high: int = INT32_MAX) -> None:
-    """A whole number in low..high (by default what an int32 field of the wire carries)."""
-    require(isinstance(value, int) and low <= value <= high, name, f"a whole number in {low}..{high}", value)
-
-
-def check_seconds(name: str, value: float, low: float = 0.0, *, zero: bool = False) -> None:
-    """A finite number of seconds above `low` (or equal to it with `zero`) and at most MAX_SECONDS."""
-    above = value >= low if zero else value > low
-    rule = f"{'at least' if zero else 'more than'} {low:g} and at most {MAX_SECONDS:g} seconds"
-    require(math.isfinite(value) and above and value <= MAX_SECONDS, name, rule, value)
 
 
 def check_address(name: str, value: str) -> None:

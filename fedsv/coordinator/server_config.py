@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pydantic import model_validator
 
 from fedsv.settings.choices import Precision, ValuationSchedule
-from fedsv.settings.schema import check_settings, setting
+from fedsv.settings.model import ConfigModel
+from fedsv.settings.schema import setting
 from fedsv.wire.limits import MAX_CHUNK_BYTES, MIN_CHUNK_BYTES
 
 
-@dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(ConfigModel):
     """Where and how the coordinator serves; may change between restarts of a run."""
 
     state_dir: str = setting("state_dir")
@@ -43,8 +43,9 @@ class ServerConfig:
     end_grace: float = setting("end_grace")
     linger: float = setting("linger")
 
-    def __post_init__(self) -> None:
-        check_settings(self)  # enums and ranges, as the schema declares them
+    @model_validator(mode="after")
+    def _check_server(self) -> ServerConfig:
+        """A chunk size the wire allows; one transport: TLS (telling members apart) or plaintext."""
         if not MIN_CHUNK_BYTES <= self.max_chunk_bytes <= MAX_CHUNK_BYTES:
             raise ValueError(
                 f"max_chunk_bytes must be between {MIN_CHUNK_BYTES} and {MAX_CHUNK_BYTES} "
@@ -62,3 +63,4 @@ class ServerConfig:
                 "--no-tls-client-auth needs --tokens-file: without client certificates, per-participant "
                 "tokens prove who submits"
             )
+        return self

@@ -12,7 +12,6 @@ from types import FrameType
 
 import torch
 
-from fedsv.config.flags import add_dataclass_args, build_config, load_config_file
 from fedsv.config.logs import add_log_level, configure_logging
 from fedsv.fl.ranks import participant_id
 from fedsv.participant.config import ParticipantConfig
@@ -22,9 +21,14 @@ from fedsv.participant.ranks import resolve_ranks
 from fedsv.participant.worker import RankWorker
 from fedsv.security.certs import read_tokens
 from fedsv.security.tls import channel_credentials, rank_token
+from fedsv.settings.sources import ProcessSettings, add_settings, load_settings
 from fedsv.task.interface import load_task
 
 logger = logging.getLogger(__name__)
+
+
+class ParticipantSettings(ProcessSettings, ParticipantConfig):
+    """Every setting of a participant process."""
 
 
 def _tokens(config: ParticipantConfig, ranks: Sequence[int]) -> dict[int, str]:
@@ -47,14 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m fedsv.participant", description="fedsv participant ranks"
     )
-    parser.add_argument("--config", default=None, help="JSON file of participant settings (flags override)")
-    add_dataclass_args(parser, ParticipantConfig)
     add_log_level(parser)
-    args = parser.parse_args(argv)
-    configure_logging(args.log_level)
+    source = add_settings(parser, ParticipantSettings)
     try:
-        values = load_config_file(args.config) if args.config else {}
-        config = build_config(ParticipantConfig, args, values)
+        args = parser.parse_args(argv)
+        configure_logging(args.log_level)
+        config = load_settings(ParticipantSettings, source, args).part(ParticipantConfig)
         assignment = resolve_ranks(
             config.rank, config.world_size, config.ranks, ranks_per_process=config.ranks_per_process
         )

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from pydantic import model_validator
 
 from fedsv.config.checks import check_address, require
 from fedsv.fl.device import resolve_device
 from fedsv.participant.local import LocalSettings
-from fedsv.settings.schema import check_settings, setting
+from fedsv.settings.model import ConfigModel
+from fedsv.settings.schema import setting
 
 
-@dataclass(frozen=True)
-class ParticipantConfig:
+class ParticipantConfig(ConfigModel):
     """A participant process's settings: where the coordinator is, which ranks, how to reach it, what
-    data and device its ranks train with. Flags and JSON files come from these fields."""
+    data and device its ranks train with. Flags, files and FEDSV_* variables come from these fields."""
 
     coordinator: str = setting("coordinator")
     rank: int | None = setting("rank")
@@ -34,8 +33,9 @@ class ParticipantConfig:
     training_threads: int = setting("training_threads")
     give_up_after: float = setting("give_up_after")
 
-    def __post_init__(self) -> None:
-        check_settings(self)  # ranges, as the schema declares them
+    @model_validator(mode="after")
+    def _check_participant(self) -> ParticipantConfig:
+        """An address to dial, one transport, a device that exists."""
         require(
             bool(self.coordinator.strip()), "coordinator", "given: --coordinator HOST:PORT", self.coordinator
         )
@@ -47,12 +47,13 @@ class ParticipantConfig:
                 else "choose one of --tls-dir and --insecure, not both"
             )
         resolve_device(self.device)  # an unknown or absent device: a one-line error now
+        return self
 
     @staticmethod
     def default_local() -> LocalSettings:
         """What a rank trains with when nothing is said: the settings' defaults."""
-        defaults: dict[str, Any] = {f.name: f.default for f in fields(ParticipantConfig)}
-        return LocalSettings(defaults["task"], defaults["data"], defaults["data_dir"], defaults["device"])
+        fields = ParticipantConfig.model_fields
+        return LocalSettings(*(fields[name].default for name in ("task", "data", "data_dir", "device")))
 
     @property
     def local(self) -> LocalSettings:

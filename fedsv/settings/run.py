@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
+
+from pydantic import model_validator
 
 from fedsv.config.checks import require
 from fedsv.data.corruptions import parse_corruption
@@ -22,7 +23,8 @@ from fedsv.settings.choices import (
     ValidationFrom,
     ValuationMethod,
 )
-from fedsv.settings.schema import SCHEMA, check_settings, setting
+from fedsv.settings.model import ConfigModel
+from fedsv.settings.schema import added_later, declared_default, setting
 from fedsv.task.interface import LoadedTask
 from fedsv.task.sources import SimulationSettings, run_task
 from fedsv.valuation import ValuationSpec
@@ -41,8 +43,7 @@ UNGUARDED: dict[str, Any] = {
 the norm bound over the round's own norms, no direction check, no quarantine (the paper's studies run so)."""
 
 
-@dataclass(frozen=True)
-class RunConfig:
+class RunConfig(ConfigModel):
     """What a run trains and how it is valued; identical on every restart of the run."""
 
     participants: int = setting("participants")
@@ -88,8 +89,9 @@ class RunConfig:
     corrupt: str = setting("corrupt")
     selection: str = setting("selection")
 
-    def __post_init__(self) -> None:
-        check_settings(self)  # enums and ranges, as the schema declares them (fedsv.settings.*_settings)
+    @model_validator(mode="after")
+    def _check_run(self) -> RunConfig:
+        """What no one field's range says: settings that must agree, and the specs that parse."""
         if self.task.strip():
             require(self.metric == "accuracy", "metric", "left out with --task (the task sets its own)",
                     self.metric)  # fmt: skip
@@ -125,6 +127,7 @@ class RunConfig:
             raise ValueError(
                 "task needs validation_data (--validation-data PATH: the coordinator's validation set)"
             )
+        return self
 
     @property
     def selected_per_round(self) -> int:
@@ -232,10 +235,9 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The run's record (its ledger's config and its id): every setting, but one added later at its
-        default, which the runs recorded before it ran with (Setting.later)."""
-        later = {name for name, declared in SCHEMA.items() if declared.later}
+        default, which the runs recorded before it ran with (schema.added_later)."""
         return {
-            name: value
-            for name, value in asdict(self).items()
-            if not (name in later and value == SCHEMA[name].default)
+            name: getattr(self, name)
+            for name in type(self).model_fields
+            if not (added_later(name) and getattr(self, name) == declared_default(name))
         }

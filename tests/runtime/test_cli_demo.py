@@ -93,7 +93,7 @@ def test_config_file_is_overridden_by_flags(tmp_path: Path, capsys: pytest.Captu
 
     config.write_text(json.dumps({"participants": 3, "bogus": 1}))
     assert main(["demo", "--config", str(config)]) == 2
-    assert "unknown config keys ['bogus']" in capsys.readouterr().err
+    assert "unknown setting 'bogus'" in capsys.readouterr().err
 
 
 def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,4 +19,4 @@ def test_config_file_with_unknown_key_is_one_line_error(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "unknown config keys ['colour']" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "unknown setting 'colour'" in proc.stderr

@@ -1,10 +1,9 @@
-"""Every setting is declared once (fedsv.settings), and round-trips through flags, JSON files and the wire."""
+"""Every setting is declared once (fedsv.settings) and round-trips through flags, files, FEDSV_*, the wire."""
 
 from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
 import json
 from enum import Enum
 from pathlib import Path
@@ -13,19 +12,28 @@ from typing import Any
 import pytest
 
 import fedsv
+from fedsv.app.cli import DemoSettings, LaunchSettings
 from fedsv.app.demo import DemoConfig
 from fedsv.app.launch import LaunchConfig
+from fedsv.app.study.cli import StudySettings
 from fedsv.app.study.config import StudyConfig
-from fedsv.config.flags import add_dataclass_args, build_config, load_config_file
+from fedsv.coordinator.__main__ import CoordinatorSettings
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.ledger import Ledger, LedgerError
+from fedsv.participant.__main__ import ParticipantSettings
 from fedsv.participant.config import ParticipantConfig
 from fedsv.settings.run import RunConfig
 from fedsv.settings.run_spec import CARRIED, from_run_spec, to_run_spec
-from fedsv.settings.schema import SCHEMA, setting
+from fedsv.settings.schema import SCHEMA, added_later, declared_default, setting
+from fedsv.settings.sources import ENV_PREFIX, ProcessSettings, add_settings, load_settings
 
 PACKAGE = Path(fedsv.__file__).parent
 CONFIGS: list[type[Any]] = [RunConfig, ServerConfig, LaunchConfig, ParticipantConfig, StudyConfig, DemoConfig]
+PROCESSES: list[type[ProcessSettings]] = [
+    CoordinatorSettings, ParticipantSettings, LaunchSettings, DemoSettings, StudySettings
+]  # fmt: skip
+"""The one settings model of each process: `python -m fedsv.coordinator`, `python -m fedsv.participant`,
+`fedsv launch`, `fedsv demo`, `fedsv study`."""
 
 LIBRARY_API = {
     ("ValuationSpec", "eps"): "fedsv.valuation's own API, used without a run",
@@ -43,8 +51,12 @@ LIBRARY_API = {
 A run always passes the setting's value to them."""
 
 
-def _is_dataclass(node: ast.ClassDef) -> bool:
-    return any("dataclass" in ast.unparse(decorator) for decorator in node.decorator_list)
+def _is_config_class(node: ast.ClassDef) -> bool:
+    """A dataclass or a pydantic model: a class whose fields may declare a setting."""
+    decorated = any("dataclass" in ast.unparse(decorator) for decorator in node.decorator_list)
+    return decorated or any(
+        ast.unparse(base).endswith(("Model", "Config", "Settings")) for base in node.bases
+    )
 
 
 def _uses(value: ast.expr, *names: str) -> bool:
@@ -64,11 +76,11 @@ def second_declarations(sources: dict[str, str]) -> list[str]:
                     given = {k.arg: k.value for k in node.keywords}
                     default = given.get("default")
                     literal = ast.literal_eval(default) if isinstance(default, ast.Constant) else None
-                    if name in SCHEMA and literal == SCHEMA[name].default:
+                    if name in SCHEMA and literal == declared_default(name):
                         found.append(
                             f"{path}: flag --{first.value.lstrip('-')} repeats the setting's default"
                         )
-            if not (isinstance(node, ast.ClassDef) and _is_dataclass(node)):
+            if not (isinstance(node, ast.ClassDef) and _is_config_class(node)):
                 continue
             items = [i for i in node.body if isinstance(i, ast.AnnAssign) and isinstance(i.target, ast.Name)]
             settings_class = any(
@@ -83,13 +95,17 @@ def second_declarations(sources: dict[str, str]) -> list[str]:
                 if name in SCHEMA and settings_class:
                     found.append(f"{where} declares a setting again (use setting({name!r}))")
                     continue
-                if settings_class and _uses(value, "field"):
+                if settings_class and _uses(value, "field", "Field"):
                     plain_fields.setdefault(name, []).append(where)
+                default_node: ast.expr = value
+                if isinstance(value, ast.Call) and _uses(value, "Field"):
+                    keywords = {k.arg: k.value for k in value.keywords}
+                    default_node = value.args[0] if value.args else keywords.get("default", value)
                 try:
-                    literal = ast.literal_eval(value)
+                    literal = ast.literal_eval(default_node)
                 except ValueError:
                     continue
-                declared = SCHEMA[name].default if name in SCHEMA else None
+                declared = declared_default(name) if name in SCHEMA else None
                 if name in SCHEMA and literal == declared and (node.name, name) not in LIBRARY_API:
                     found.append(f"{where} = {literal!r} repeats the setting's default")
     found += [f"{name} declared in {places}" for name, places in plain_fields.items() if len(places) > 1]
@@ -105,11 +121,15 @@ def test_no_setting_is_declared_twice() -> None:
     "snippet",
     [
         "@dataclass\nclass X:\n    a: int = setting('rounds')\n    lr: float = field(default=0.1)\n",
+        "class X(ConfigModel):\n    a: int = setting('rounds')\n    lr: float = Field(0.1, gt=0)\n",
+        "class Holder(BaseModel):\n    validation_size: int = Field(1000, ge=1)\n",
         "@dataclass\nclass Holder:\n    validation_size: int = 1000\n",
         "parser.add_argument('--give-up-after', type=float, default=600.0)\n",
         "parser.add_argument('--data-dir', default='')\n",
         "@dataclass\nclass A:\n    a: int = setting('rounds')\n    knob: int = field(default=1)\n"
         "@dataclass\nclass B:\n    b: int = setting('rounds')\n    knob: int = field(default=2)\n",
+        "class A(ConfigModel):\n    a: int = setting('rounds')\n    knob: int = Field(1)\n"
+        "class B(ConfigModel):\n    b: int = setting('rounds')\n    knob: int = Field(2)\n",
     ],
 )
 def test_the_scan_finds_a_second_declaration(snippet: str) -> None:
@@ -119,16 +139,24 @@ def test_the_scan_finds_a_second_declaration(snippet: str) -> None:
 def test_a_changed_default_needs_a_reason() -> None:
     with pytest.raises(ValueError, match="needs a reason"):
         setting("rounds", default=7)
-    assert "7 here: a study" in setting("rounds", default=7, why="a study").metadata["help"]
+    field = setting("rounds", default=7, why="a study")
+    assert field.default == 7 and "7 here: a study" in field.description
+    assert SCHEMA["rounds"].default == 5  # the declaration itself is untouched
 
 
 def test_every_declared_setting_is_used_and_every_config_field_is_one() -> None:
-    used = {
-        f.metadata["setting"] for cls in CONFIGS for f in dataclasses.fields(cls) if "setting" in f.metadata
-    }
+    used = {name for cls in CONFIGS for name in cls.model_fields if name in SCHEMA}
     assert used == set(SCHEMA)
     for cls in (RunConfig, ServerConfig, ParticipantConfig):
-        assert all("setting" in f.metadata for f in dataclasses.fields(cls)), cls
+        assert set(cls.model_fields) <= set(SCHEMA), cls
+    for cls in CONFIGS:  # a field named as a setting is the setting: its range and help, not a copy's
+        for name, field in cls.model_fields.items():
+            if name in SCHEMA and not field.description.startswith("a comma list of"):  # a study's sweep
+                assert field.metadata == SCHEMA[name].metadata, (cls, name)
+                assert field.description.startswith(SCHEMA[name].description), (cls, name)
+    for process in PROCESSES:  # each process's one model holds every field of its configs
+        bases = [base for base in process.__mro__ if base in CONFIGS]
+        assert bases and set(process.model_fields) == set().union(*(b.model_fields for b in bases)), process
 
 
 # A valid value other than the default for every setting, and what else a class needs for it to be valid.
@@ -150,14 +178,16 @@ SAMPLES: dict[str, Any] = {
     "out": "o",
     "validation_from": "test",
     "partition": "noniid",
+    "flip_to": "own",
+    "corruption": "flip:0.2",
+    "backdoor": "backdoor:target=1",
 }
 BASES: dict[type[Any], dict[str, Any]] = {
-    RunConfig: {"dataset": "mnist"},
-    DemoConfig: {"dataset": "mnist"},
-    StudyConfig: {"dataset": "mnist"},
-    ServerConfig: {"insecure": True},
-    LaunchConfig: {},
-    ParticipantConfig: {"coordinator": "host:1", "insecure": True},
+    CoordinatorSettings: {"dataset": "mnist", "insecure": True},
+    DemoSettings: {"dataset": "mnist"},
+    StudySettings: {"dataset": "mnist"},
+    LaunchSettings: {"dataset": "mnist"},
+    ParticipantSettings: {"coordinator": "host:1", "insecure": True},
 }
 NEEDS: dict[str, dict[str, Any]] = {
     "task": {"validation_data": "val.npz"},
@@ -166,11 +196,9 @@ NEEDS: dict[str, dict[str, Any]] = {
 }
 
 
-def _sample(cls: type[Any], field: dataclasses.Field[Any]) -> Any:
-    name = field.name
-    if name in SAMPLES and SAMPLES[name] != field.default:
+def _sample(name: str, default: Any) -> Any:
+    if name in SAMPLES and SAMPLES[name] != default:
         return SAMPLES[name]
-    default = field.default
     if isinstance(default, Enum):
         return next(m.value for m in type(default) if m != default and m.value != "none")
     if isinstance(default, bool):
@@ -185,39 +213,104 @@ def _sample(cls: type[Any], field: dataclasses.Field[Any]) -> Any:
 
 
 def _cases() -> list[tuple[type[Any], str]]:
-    return [(cls, f.name) for cls in CONFIGS for f in dataclasses.fields(cls) if f.metadata.get("setting")]
+    return [(process, name) for process in PROCESSES for name in process.model_fields]
 
 
-@pytest.mark.parametrize(("cls", "name"), _cases(), ids=lambda v: getattr(v, "__name__", v))
-def test_every_setting_round_trips_through_flags_json_and_the_wire(
-    cls: type[Any], name: str, tmp_path: Path
-) -> None:
-    field = next(f for f in dataclasses.fields(cls) if f.name == name)
-    value = _sample(cls, field)
-    others = {**BASES[cls], **{k: v for k, v in NEEDS.get(name, {}).items() if k in BASES[cls] or k != name}}
-    others = {k: v for k, v in others.items() if k != name and k in {f.name for f in dataclasses.fields(cls)}}
+def _flags(values: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for key, value in values.items():
+        option = "--" + key.replace("_", "-")
+        out += (
+            [option if value else "--no-" + option[2:]] if isinstance(value, bool) else [option, str(value)]
+        )
+    return out
+
+
+def _env_text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _toml(values: dict[str, Any]) -> str:
+    return "".join(
+        f"{key} = {str(v).lower() if isinstance(v, bool) else json.dumps(v)}\n" for key, v in values.items()
+    )
+
+
+def _load(process: type[ProcessSettings], argv: list[str]) -> Any:
     parser = argparse.ArgumentParser()
-    add_dataclass_args(parser, cls)
-    flag = "--" + name.replace("_", "-")
+    source = add_settings(parser, process)
+    return load_settings(process, source, parser.parse_args(argv))
 
-    def flags(values: dict[str, Any]) -> list[str]:
-        out: list[str] = []
+
+@pytest.mark.parametrize(("process", "name"), _cases(), ids=lambda v: getattr(v, "__name__", v))
+def test_every_setting_round_trips_through_flags_files_the_environment_and_the_wire(
+    process: type[ProcessSettings], name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in list(__import__("os").environ):
+        if key.startswith(ENV_PREFIX):
+            monkeypatch.delenv(key)
+    value = _sample(name, process.model_fields[name].default)
+    others = {**BASES[process], **{k: v for k, v in NEEDS.get(name, {}).items() if k != name}}
+    others = {k: v for k, v in others.items() if k != name and k in process.model_fields}
+    values = {**others, name: value}
+
+    from_flags = _load(process, _flags(values))
+    assert getattr(from_flags, name) == value, "--" + name.replace("_", "-")
+    assert getattr(from_flags, name) != process.model_fields[name].default
+    json_file = tmp_path / "settings.json"
+    json_file.write_text(json.dumps(values))
+    toml_file = tmp_path / "settings.toml"
+    toml_file.write_text(_toml(values))
+    for config in (json_file, toml_file):
+        assert _load(process, ["--config", str(config)]) == from_flags, config.name
+    with monkeypatch.context() as env:
         for key, v in values.items():
-            option = "--" + key.replace("_", "-")
-            out += [option if v else "--no-" + option[2:]] if isinstance(v, bool) else [option, str(v)]
-        return out
-
-    from_flags = build_config(cls, parser.parse_args(flags({**others, name: value})))
-    assert getattr(from_flags, name) == value, flag
-    config_file = tmp_path / "settings.json"
-    config_file.write_text(json.dumps({**others, name: value}))
-    from_json = build_config(cls, parser.parse_args([]), load_config_file(config_file))
-    assert getattr(from_json, name) == value
-    assert from_json == from_flags
-    if cls is RunConfig and name in CARRIED:
-        wire = from_run_spec(to_run_spec(from_flags, "run-x", "none", 1 << 20))
+            env.setenv(ENV_PREFIX + key.upper(), _env_text(v))
+        assert _load(process, []) == from_flags, ENV_PREFIX + name.upper()
+    if process is CoordinatorSettings and name in CARRIED:
+        run = from_flags.part(RunConfig)
+        wire = from_run_spec(to_run_spec(run, "run-x", "none", 1 << 20))
         assert getattr(wire, name) == value
-        assert {n: getattr(wire, n) for n in CARRIED} == {n: getattr(from_flags, n) for n in CARRIED}
+        assert {n: getattr(wire, n) for n in CARRIED} == {n: getattr(run, n) for n in CARRIED}
+
+
+def test_flags_override_the_file_which_overrides_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text("rounds = 7\nseed = 3\n")
+    monkeypatch.setenv("FEDSV_ROUNDS", "8")
+    monkeypatch.setenv("FEDSV_SEED", "4")
+    monkeypatch.setenv("FEDSV_EPOCHS", "2")
+    settings = _load(CoordinatorSettings, ["--insecure", "--config", str(config), "--rounds", "9"])
+    assert (settings.rounds, settings.seed, settings.epochs, settings.batch_size) == (9, 3, 2, 10)
+    assert _load(CoordinatorSettings, ["--insecure"]).rounds == 8
+
+
+@pytest.mark.parametrize(
+    ("source", "needle"),
+    [
+        ("flag", "rounds must be a whole number in 1..2147483647, got '0'"),
+        ("env", "rounds must be a whole number in 1..2147483647, got '0'"),
+        ("json", "rounds must be a whole number in 1..2147483647, got 0"),
+        ("toml", "rounds must be a whole number in 1..2147483647, got 0"),
+    ],
+)
+def test_a_wrong_value_is_one_line_naming_the_setting_from_every_source(
+    source: str, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["--insecure"]
+    if source == "flag":
+        argv += ["--rounds", "0"]
+    elif source == "env":
+        monkeypatch.setenv("FEDSV_ROUNDS", "0")
+    else:
+        config = tmp_path / f"run.{source}"
+        config.write_text('{"rounds": 0}' if source == "json" else "rounds = 0\n")
+        argv += ["--config", str(config)]
+    with pytest.raises(ValueError) as caught:
+        _load(CoordinatorSettings, argv)
+    assert str(caught.value) == needle
 
 
 def test_a_setting_added_later_at_its_default_leaves_a_recorded_run_resumable(tmp_path: Path) -> None:
@@ -225,9 +318,9 @@ def test_a_setting_added_later_at_its_default_leaves_a_recorded_run_resumable(tm
     same settings now give the same record and run id, so its ledger resumes; merging on is recorded."""
     from fedsv.coordinator.server import run_id_of
 
-    assert SCHEMA["valuation_merge_redundant"].later
+    assert added_later("valuation_merge_redundant") and not added_later("rounds")
     run = RunConfig(participants=6)
-    before = {k: v for k, v in dataclasses.asdict(run).items() if k != "valuation_merge_redundant"}
+    before = {k: v for k, v in run.model_dump().items() if k != "valuation_merge_redundant"}
     assert run.to_dict() == before
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         ledger.ensure_run(run_id_of(run), before)  # as the run was recorded before the setting

@@ -182,7 +182,7 @@ def test_quick_and_study_defaults() -> None:
         (["backdoor", "--backdoor", "flip:0.1"], "backdoor must be a backdoor spec"),
         (["noisy", "--fraction", "0"], "fraction must be in (0, 1]"),
         (["noisy", "--valuation", "none"], "valuation none gives no values"),
-        (["noisy", "--bad-fraction", "1.5"], "bad_fraction must lie in [0, 1)"),
+        (["noisy", "--bad-fraction", "1.5"], "bad_fraction must be in [0, 1)"),
     ],
 )
 def test_bad_input_is_one_line_error(
@@ -247,7 +247,7 @@ def test_a_finished_run_recorded_before_newer_settings_existed_is_reused(tmp_pat
                 make_record(n, ["p000", "p001"], ["p000", "p001"]), [], [], Checkpoint(n, b"w", "{}")
             )
     assert _finished(tmp_path, run) is not None
-    assert _finished(tmp_path, replace(run, metric=Metric.NEG_LOSS)) is None  # a setting that differs
+    assert _finished(tmp_path, run.changed(metric=Metric.NEG_LOSS)) is None  # a setting that differs
 
 
 def test_a_run_stopped_before_its_backlog_was_valued_is_resumed_not_reused(tmp_path: Path) -> None:
@@ -272,4 +272,4 @@ def test_a_run_stopped_before_its_backlog_was_valued_is_resumed_not_reused(tmp_p
     recorded = _recorded(tmp_path, run)
     assert recorded is not None and len(recorded.rounds) == 3 and recorded.pending == 1
     assert not recorded.finished and _finished(tmp_path, run) is None
-    assert _recorded(tmp_path, replace(run, seed=1)) is None  # another run's ledger: started afresh
+    assert _recorded(tmp_path, run.changed(seed=1)) is None  # another run's ledger: started afresh

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
+
+from pydantic_settings import CliSettingsSource
 
 from fedsv.app.study.config import STUDIES, StudyConfig
-from fedsv.config.flags import add_dataclass_args, build_config, load_config_file
+from fedsv.settings.sources import ProcessSettings, add_settings, load_settings
 
 
-def add_study_parser(sub: argparse._SubParsersAction) -> None:
+class StudySettings(ProcessSettings, StudyConfig):
+    """Every setting of `fedsv study`."""
+
+
+def add_study_parser(sub: argparse._SubParsersAction) -> CliSettingsSource[Any]:
     """Register `fedsv study` on the `fedsv` command's subparsers."""
     study = sub.add_parser(
         "study",
@@ -18,15 +25,13 @@ def add_study_parser(sub: argparse._SubParsersAction) -> None:
         "summary.json, summary.md and PNG figures under --out.",
     )
     study.add_argument("study", choices=STUDIES, help="which study")
-    study.add_argument("--config", default=None, help="JSON file of study settings (flags override it)")
-    add_dataclass_args(study, StudyConfig)
+    return add_settings(study, StudySettings)
 
 
-def main_study(args: argparse.Namespace) -> int:
+def main_study(args: argparse.Namespace, source: CliSettingsSource[Any]) -> int:
     from fedsv.app.study.study import run_study  # matplotlib and the study modules load only when used
 
-    file_values = load_config_file(args.config) if args.config else None
-    config = build_config(StudyConfig, args, file_values)
+    config = load_settings(StudySettings, source, args).part(StudyConfig)
     summary = run_study(args.study, config, report=lambda line: print(line, flush=True))
     print((Path(summary["config"]["out"]) / "summary.md").read_text(), end="")
     return 0

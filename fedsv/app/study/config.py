@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 
+from fedsv.config.checks import MAX_SECONDS
 from fedsv.data import DatasetSplits, load_dataset
 from fedsv.data.corruptions import parse_corruption
 from fedsv.fl.device import resolve_device
@@ -20,8 +21,9 @@ from fedsv.settings.choices import (
     ValidationFrom,
     ValuationMethod,
 )
+from fedsv.settings.model import ConfigModel
 from fedsv.settings.run import UNGUARDED, RunConfig
-from fedsv.settings.schema import check_settings, setting, setting_list
+from fedsv.settings.schema import setting, setting_list
 
 STUDIES = ("noisy", "backdoor", "summarize")
 PARTITIONS = tuple(Partition)
@@ -48,8 +50,7 @@ _QUICK: dict[str, Any] = {
 _FLIP = {"embedded": 0.3, "cifar10": 0.03}
 
 
-@dataclass(frozen=True)
-class StudyConfig:
+class StudyConfig(ConfigModel):
     """One study: which settings, how many seeds, and the runs' shape; 0 / "" means the study's default."""
 
     out: str = setting("out", default="", why="a study's runs go in runs/study-<study>")
@@ -57,11 +58,13 @@ class StudyConfig:
     model: str = setting_list("model", default="", only=MODELS, note="'': mlp,cnn; summarize: mlp")
     dataset: Dataset = setting("dataset")
     data_dir: str = setting("data_dir")
-    seeds: int = field(default=0, metadata={"help": "seeds per setting (0: noisy/backdoor 3, summarize 1)"})
+    seeds: int = Field(
+        default=0, description="seeds per setting (0: noisy/backdoor 3, summarize 1)", ge=0, le=10_000
+    )
     seed: int = setting("seed")
-    quick: bool = field(
+    quick: bool = Field(
         default=False,
-        metadata={"help": "small runs for tests: N=20, C=0.25, 8 rounds, 500 validation, 2 seeds (< 1 min)"},
+        description="small runs for tests: N=20, C=0.25, 8 rounds, 500 validation, 2 seeds (< 1 min)",
     )
     participants: int = setting("participants")
     fraction: float = setting("fraction", default=0.25, why="the studies' figures select 5 of 20 each round")
@@ -76,28 +79,30 @@ class StudyConfig:
     valuation: ValuationMethod = setting(
         "valuation", default=ValuationMethod.EXACT, why="the studies' figures are of exact values"
     )
-    bad_fraction: float = field(
-        default=0.0, metadata={"help": "fraction of corrupted participants (0: noisy 0.2, backdoor 0.3)"}
+    bad_fraction: float = Field(
+        default=0.0, description="fraction of corrupted participants (0: noisy 0.2, backdoor 0.3)", ge=0, lt=1
     )
-    flip_ratio: float = field(
+    flip_ratio: float = Field(
         default=0.0,
-        metadata={"help": "labels flipped per noisy participant (0: embedded 0.3, MNIST 0.1, CIFAR-10 0.03)"},
+        description="labels flipped per noisy participant (0: embedded 0.3, MNIST 0.1, CIFAR-10 0.03)",
+        ge=0,
+        le=1,
     )
-    flip_to: str = field(
+    flip_to: Literal["any", "own"] = Field(
         default="any",
-        metadata={
-            "help": "noisy: a flipped label goes to any other class (any, the paper) or to another of the "
+        description=(
+            "noisy: a flipped label goes to any other class (any, the paper) or to another of the "
             "participant's own classes (own: noise a non-IID participant's classes cannot reveal)"
-        },
+        ),
     )
-    backdoor: str = field(
+    backdoor: str = Field(
         default="backdoor",
-        metadata={
-            "help": "the backdoor participants' corruption: backdoor[:target=LABEL,per_batch=P,batch_size=B] "
-            "(a BadNets pixel pattern in P of every B training images, relabelled LABEL), joined with + to "
-            "scale:FACTOR (the update sent times FACTOR: the model-replacement boost) or flip:RATIO; e.g. "
-            "backdoor:target=0,per_batch=20,batch_size=64+scale:10"
-        },
+        description=(
+            "the backdoor participants' corruption: backdoor[:target=LABEL,per_batch=P,batch_size=B] (a "
+            "BadNets pixel pattern in P of every B training images, relabelled LABEL), joined with + to "
+            "scale:FACTOR (the update sent times FACTOR: the model-replacement boost) or flip:RATIO; e.g."
+            " backdoor:target=0,per_batch=20,batch_size=64+scale:10"
+        ),
     )
     update_norm_policy: NormPolicy = setting(
         "update_norm_policy",
@@ -105,22 +110,25 @@ class StudyConfig:
         why="an update over the bound is clipped, not refused (none lets a boosted update through, as the "
         "paper's runs did)",
     )
-    update_guard: bool = field(
+    update_guard: bool = Field(
         default=False,
-        metadata={
-            "help": "screen updates as fedsv launch does by default (weights capped, norms with memory, the "
+        description=(
+            "screen updates as fedsv launch does by default (weights capped, norms with memory, the "
             "direction check); off, as in the paper's runs, so that corrupted participants are valued, "
             "not turned away"
-        },
+        ),
     )
-    draws: int = field(default=3, metadata={"help": "random dismissal draws averaged (summarize)"})
-    jobs: int = field(default=0, metadata={"help": "runs launched at once (0: one per CPU core)"})
+    draws: int = Field(default=3, description="random dismissal draws averaged (summarize)", ge=1, le=10_000)
+    jobs: int = Field(default=0, description="runs launched at once (0: one per CPU core)", ge=0, le=4096)
     processes: int = setting("processes", default=1, why="runs go side by side, one process each")
     device: str = setting("device")
-    run_timeout: float = field(default=1800.0, metadata={"help": "seconds one run may take"})
+    run_timeout: float = Field(
+        default=1800.0, description="seconds one run may take", gt=0, le=MAX_SECONDS, allow_inf_nan=False
+    )
 
-    def __post_init__(self) -> None:
-        check_settings(self)  # enums and ranges of the run's settings, as the schema declares them
+    @model_validator(mode="after")
+    def _check_study(self) -> StudyConfig:
+        """The lists, the corrupted share, the backdoor spec, and one run of the study."""
         for name, allowed in (("partition", PARTITIONS), ("model", MODELS)):
             values = _split(getattr(self, name))
             bad = [v for v in values if v not in allowed]
@@ -128,12 +136,6 @@ class StudyConfig:
                 got = getattr(self, name)
                 raise ValueError(f"{name} must be a comma list of {[str(a) for a in allowed]}, got {got!r}")
         checks = [
-            (self.seeds >= 0, f"seeds must be >= 0, got {self.seeds}"),
-            (0.0 <= self.bad_fraction < 1.0, f"bad_fraction must lie in [0, 1), got {self.bad_fraction}"),
-            (0.0 <= self.flip_ratio <= 1.0, f"flip_ratio must lie in [0, 1], got {self.flip_ratio}"),
-            (self.draws >= 1, f"draws must be >= 1, got {self.draws}"),
-            (self.flip_to in ("any", "own"), f"flip_to must be any or own, got {self.flip_to!r}"),
-            (self.jobs >= 0, f"jobs must be 0 (one per core) or more, got {self.jobs}"),
             (self.processes >= 1, f"processes must be >= 1, got {self.processes}"),
             (self.valuation != "none", "valuation none gives no values to study"),
         ]
@@ -149,6 +151,7 @@ class StudyConfig:
         if backdoor is None:
             raise ValueError(f"backdoor must be a backdoor spec, got {self.backdoor!r}")
         self.base_run(0)  # validates participants, fraction, rounds, dataset knobs, valuation
+        return self
 
     def resolved(self, study: str) -> StudyConfig:
         """This config with the study's defaults and --quick applied."""
@@ -164,7 +167,7 @@ class StudyConfig:
             changes["flip_ratio"] = _FLIP.get(self.dataset, 0.1)
         if not self.jobs:
             changes["jobs"] = cpu_count()
-        return replace(self, **changes)
+        return self.changed(**changes)
 
     def settings(self) -> list[tuple[str, str]]:
         """(partition, model) of every setting, in the figures' panel order (after resolved())."""
@@ -210,7 +213,7 @@ class StudyConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
 
 
 def cpu_count() -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +60,8 @@ def run_detection(
             bad = bad_ranks(n, config.bad_fraction, seed)
             if not bad:
                 raise ValueError(f"bad_fraction {config.bad_fraction} of {n} participants corrupts nobody")
-            run = replace(
-                config.base_run(seed, partition, model), corrupt=corrupt_spec(bad, _corruption(study, config))
+            run = config.base_run(seed, partition, model).changed(
+                corrupt=corrupt_spec(bad, _corruption(study, config))
             )
             name = setting_name(partition, model)
             items.append((run, out / "runs" / name / f"seed{seed}", f"{study} {name} seed {seed}"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ def run_study(study: str, config: StudyConfig, report: Callable[[str], None] = p
     """Run one study end to end; returns its summary (also written to <out>/summary.json)."""
     resolved = config.resolved(study)
     out = Path(resolved.out or f"runs/study-{study}")
-    resolved = replace(resolved, out=str(out))
+    resolved = resolved.changed(out=str(out))
     out.mkdir(parents=True, exist_ok=True)
     (out / "study_config.json").write_text(json.dumps(resolved.to_dict(), indent=2) + "\n")
     runner = Runner(resolved.jobs, resolved.processes, resolved.run_timeout, report, resolved.device)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,7 @@ def run_summarization(
                     key = f"{index}:{spec}"
                     if key not in replays:
                         digest = hashlib.sha1(spec.encode()).hexdigest()[:10]
-                        replay = replace(run, valuation=ValuationMethod.NONE, selection=spec)
+                        replay = run.changed(valuation=ValuationMethod.NONE, selection=spec)
                         where = directory.parent / f"replay-{digest}"
                         replays[key] = (replay, where, f"{label} replay {digest}")
                     plan.append((index, method, q, draw, key))

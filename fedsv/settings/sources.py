@@ -1,0 +1,103 @@
+"""A process's settings from flags, a --config file (JSON or TOML) and FEDSV_* variables (pydantic-settings).
+
+Precedence: flags > the --config file > FEDSV_* environment variables > the declared defaults."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+from enum import Enum
+from pathlib import Path
+from typing import Any, TypeVar, get_args
+
+from pydantic import ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    CliSettingsSource,
+    JsonConfigSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from fedsv.settings.errors import SettingsError, one_line
+
+ENV_PREFIX = "FEDSV_"
+"""Every setting NAME is read from the environment variable FEDSV_NAME (upper case)."""
+
+S = TypeVar("S", bound="ProcessSettings")
+
+
+class ProcessSettings(BaseSettings):
+    """The one model of a process's settings: its config classes as bases, read from every source."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="forbid",
+        frozen=True,
+        cli_kebab_case=True,
+        cli_implicit_flags=True,
+        cli_exit_on_error=False,
+    )
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The settings of a JSON or (by its .toml suffix) TOML file; a one-line error if it is missing or
+    not an object of settings."""
+    file = Path(path)
+    if not file.is_file():
+        raise SettingsError(f"config file {file} does not exist")
+    toml = file.suffix.lower() == ".toml"
+    try:
+        source = (
+            TomlConfigSettingsSource(ProcessSettings, toml_file=file)
+            if toml
+            else JsonConfigSettingsSource(ProcessSettings, json_file=file)
+        )
+        return dict(source.toml_data if isinstance(source, TomlConfigSettingsSource) else source.json_data)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"config file {file} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config file {file} is not valid TOML: {exc}") from None
+    except (TypeError, ValueError, AttributeError):  # a list or a number at the top
+        kind = "TOML table" if toml else "JSON object"
+        raise SettingsError(f"config file {file} must hold a {kind} of settings") from None
+
+
+def _choices(annotation: Any) -> list[str] | None:
+    kinds = [annotation, *get_args(annotation)]
+    for kind in kinds:
+        if isinstance(kind, type) and issubclass(kind, Enum):
+            return [str(member.value) for member in kind]
+    return None
+
+
+def add_settings(parser: argparse.ArgumentParser, model: type[ProcessSettings]) -> CliSettingsSource[Any]:
+    """`--config FILE` and a flag per setting of `model` on `parser`; the source load_settings reads."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="a JSON or .toml file of settings; flags override it, and it overrides FEDSV_* environment "
+        "variables (FEDSV_ROUNDS=10 sets --rounds)",
+    )
+    source: CliSettingsSource[Any] = CliSettingsSource(
+        model, root_parser=parser, cli_kebab_case=True, cli_implicit_flags=True, cli_exit_on_error=False
+    )
+    flags = {action.dest: action for action in parser._actions}
+    for name, field in model.model_fields.items():  # choices by the values users type, not enum names
+        choices = _choices(field.annotation)
+        if choices and name in flags:
+            flags[name].metavar = "|".join(choices)
+    return source
+
+
+def load_settings(model: type[S], source: CliSettingsSource[Any], args: argparse.Namespace) -> S:
+    """`model` from the parsed flags, the --config file and the environment; SettingsError in one line."""
+    file_values = read_config_file(args.config) if getattr(args, "config", None) else {}
+    try:
+        build: Any = model  # BaseSettings takes its sources as keywords that are not fields
+        settings: S = build(_cli_settings_source=source(parsed_args=args), **file_values)
+        return settings
+    except ValidationError as exc:
+        raise SettingsError(one_line(exc, model)) from None
