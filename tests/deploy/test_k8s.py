@@ -6,6 +6,7 @@ import argparse
 import base64
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +18,13 @@ import yaml
 
 import fedsv.coordinator.__main__ as coordinator_main
 import fedsv.participant.__main__ as participant_main
-from fedsv.config.flags import build_configs
+from fedsv.coordinator.__main__ import CoordinatorSettings
 from fedsv.coordinator.server import SERVICE_NAME
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.participant.results import FINISHED, RankResult
 from fedsv.security import certs
 from fedsv.settings.run import RunConfig
+from fedsv.settings.sources import ENV_PREFIX, add_settings, load_settings
 from fedsv.task.interface import load_task
 from tests.support.processes import DEPLOY, dockerfile_one, flag_value, healthcheck_argv, need_tool
 
@@ -165,10 +167,17 @@ def _labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def _coordinator_configs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, docs: list[Doc], secrets: dict[str, dict[str, str]]
 ) -> tuple[RunConfig, ServerConfig]:
-    """Run the real `python -m fedsv.coordinator` CLI on the Deployment's args; capture its settings."""
+    """Run the real `python -m fedsv.coordinator` CLI on the Deployment's args and FEDSV_* variables;
+    capture its settings."""
     deployment = _one(docs, "Deployment")
     container = _container(deployment)
-    args = _expand(container["args"], _env(container, secrets))
+    env = _env(container, secrets)
+    args = _expand(container["args"], env)
+    for name in [n for n in os.environ if n.startswith(ENV_PREFIX)]:
+        monkeypatch.delenv(name)  # the pod's environment only
+    for name, value in env.items():
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.setenv(name, value)
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     config_path = Path(flag_value(args, "--config"))
     (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == config_path.parent]
@@ -377,14 +386,17 @@ def _own_data_volume(docs: list[Doc], run: RunConfig, tmp_path: Path) -> None:
     assert config_map["data"]["task.py"] == (example / "task.py").read_text()
 
 
-def test_overlays_are_the_demo_and_the_papers_setting(rendered: dict[str, list[Doc]]) -> None:
+def test_overlays_are_the_demo_and_the_papers_setting(rendered: dict[str, list[Doc]], tmp_path: Path) -> None:
     def run_of(name: str) -> RunConfig:
         """The ConfigMap's run.json, read and checked exactly as the coordinator's --config reads it."""
-        data = json.loads(_one(rendered[name], "ConfigMap")["data"]["run.json"])
-        flags = argparse.Namespace(tls_dir="/etc/fedsv/tls")  # the Deployment passes --tls-dir
-        run, _ = build_configs(flags, data, RunConfig, ServerConfig)
-        assert isinstance(run, RunConfig)
-        return run
+        config = tmp_path / "run.json"
+        config.write_text(_one(rendered[name], "ConfigMap")["data"]["run.json"])
+        parser = argparse.ArgumentParser()
+        source = add_settings(parser, CoordinatorSettings)
+        args = parser.parse_args(
+            ["--config", str(config), "--tls-dir", "/etc/fedsv/tls"]
+        )  # as the Deployment
+        return load_settings(CoordinatorSettings, source, args).part(RunConfig)
 
     demo, paper = run_of("overlays/demo"), run_of("overlays/paper")
     assert demo.participants <= 10
@@ -399,3 +411,21 @@ def test_overlays_are_the_demo_and_the_papers_setting(rendered: dict[str, list[D
         for workload in (_one(docs, "Deployment"), _one(docs, "Job")):
             assert workload["spec"]["template"]["metadata"]["labels"]["fedsv.io/run"] == run_label
     assert len(namespaces) == 2
+
+
+def test_an_overlay_sets_one_setting_through_an_environment_variable(
+    rendered: dict[str, list[Doc]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The demo overlay gives the coordinator's valuation process one thread (its pod has one CPU) with
+    FEDSV_VALUATION_THREADS, keeping run.json and the argument list: the real coordinator CLI reads it."""
+    demo, base = rendered["overlays/demo"], rendered["base"]
+    env = _env(_container(_one(demo, "Deployment")), {})
+    assert env.get("FEDSV_VALUATION_THREADS") == "1" and env.get("HOME") == "/tmp"  # merged, not replaced
+    assert "valuation_threads" not in json.loads(_one(demo, "ConfigMap")["data"]["run.json"])
+    assert _container(_one(demo, "Deployment"))["args"] == _container(_one(base, "Deployment"))["args"]
+    for folder in ("demo", "base"):
+        (tmp_path / folder).mkdir()
+    _, server = _coordinator_configs(monkeypatch, tmp_path / "demo", demo, {})
+    assert server.valuation_threads == 1
+    _, server = _coordinator_configs(monkeypatch, tmp_path / "base", base, {})
+    assert server.valuation_threads == 0  # the default: the base sets nothing
