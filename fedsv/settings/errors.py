@@ -67,7 +67,8 @@ def one_line(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
     if first["type"] == "value_error" and not loc:
         return str(first["msg"]).removeprefix("Value error, ") + more
     if first["type"] == "value_error":
-        return f"{loc}: " + str(first["msg"]).removeprefix("Value error, ") + more
+        said = str(first["msg"]).removeprefix("Value error, ")
+        return f"{loc} {said}{more}" if said.startswith("must be") else f"{loc}: {said}{more}"
     return f"{loc} must be {_rule(model, loc, dict(first))}, got {_shown(first['input'])}{more}"
 
 

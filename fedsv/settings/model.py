@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from fedsv.settings.errors import SettingsError, one_line
@@ -25,6 +25,16 @@ class ConfigModel(BaseModel):
             super().__init__(**values)
         except ValidationError as exc:
             raise SettingsError(one_line(exc, type(self))) from None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_truth_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """pydantic reads true as 1 for a number; a file saying `"rounds": true` is a mistake, not 1."""
+        if isinstance(value, bool) and info.field_name is not None:
+            kind = cls.model_fields[info.field_name].annotation
+            if kind in (int, float, int | None, float | None):
+                raise ValueError(f"must be a number, got {value!r}")
+        return value
 
     @classmethod
     def checked(cls: type[C], values: dict[str, Any]) -> C:

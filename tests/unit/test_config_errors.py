@@ -21,6 +21,8 @@ from tests.support.errors import one_line
         ({"round_timeout": [120]}, ("round_timeout must be a number",)),
         ({"insecure": "maybe"}, ("insecure must be true or false", "'maybe'")),
         ({"rounds": 2.5}, ("rounds must be a whole number", "2.5")),
+        ({"rounds": True}, ("rounds must be a number, got True",)),
+        ({"lr": False}, ("lr must be a number, got False",)),
         ({"port": 70000}, ("port must be a whole number in 0..65535", "70000")),
         ({"metrics_port": -2}, ("metrics_port must be a whole number in -1..65535",)),
         ({"epochs": 0}, ("epochs must be a whole number in 1..2147483647",)),
