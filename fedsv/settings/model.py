@@ -36,11 +36,6 @@ class ConfigModel(BaseModel):
                 raise ValueError(f"must be a number, got {value!r}")
         return value
 
-    @classmethod
-    def checked(cls: type[C], values: dict[str, Any]) -> C:
-        """The config of `values` (any mapping of setting -> value); SettingsError otherwise."""
-        return cls(**values)
-
     def changed(self: C, **changes: Any) -> C:
         """A copy with `changes`, checked as a new config is (pydantic's model_copy does not check)."""
         return type(self)(**{**self.model_dump(), **changes})

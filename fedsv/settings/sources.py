@@ -95,6 +95,9 @@ def add_settings(parser: argparse.ArgumentParser, model: type[ProcessSettings]) 
 def load_settings(model: type[S], source: CliSettingsSource[Any], args: argparse.Namespace) -> S:
     """`model` from the parsed flags, the --config file and the environment; SettingsError in one line."""
     file_values = read_config_file(args.config) if getattr(args, "config", None) else {}
+    unknown = sorted(set(file_values) - set(model.model_fields))
+    if unknown:  # checked here: BaseSettings takes "_"-keys (_secrets_dir, _env_prefix...) as its own
+        raise SettingsError(f"unknown setting {unknown[0]!r} in {args.config}")
     try:
         build: Any = model  # BaseSettings takes its sources as keywords that are not fields
         settings: S = build(_cli_settings_source=source(parsed_args=args), **file_values)

@@ -313,6 +313,16 @@ def test_a_wrong_value_is_one_line_naming_the_setting_from_every_source(
     assert str(caught.value) == needle
 
 
+@pytest.mark.parametrize("key", ["colour", "_secrets_dir", "_env_prefix", "_cli_settings_source"])
+def test_a_file_sets_settings_only(key: str, tmp_path: Path) -> None:
+    """A key of a config file that is no setting is refused, pydantic-settings' own keywords included
+    (a file must not move where secrets or variables are read from)."""
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"rounds": 2, key: "/"}))
+    with pytest.raises(ValueError, match=f"unknown setting '{key}'"):
+        _load(CoordinatorSettings, ["--insecure", "--config", str(config)])
+
+
 def test_a_setting_added_later_at_its_default_leaves_a_recorded_run_resumable(tmp_path: Path) -> None:
     """A run recorded before valuation_merge_redundant existed ran without merging, its default: the
     same settings now give the same record and run id, so its ledger resumes; merging on is recorded."""
