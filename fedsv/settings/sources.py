@@ -85,10 +85,19 @@ def add_settings(parser: argparse.ArgumentParser, model: type[ProcessSettings]) 
         model, root_parser=parser, cli_kebab_case=True, cli_implicit_flags=True, cli_exit_on_error=False
     )
     flags = {action.dest: action for action in parser._actions}
-    for name, field in model.model_fields.items():  # choices by the values users type, not enum names
+    for name, field in model.model_fields.items():  # choices and defaults as users type them
+        flag = flags.get(name)
+        if flag is None:
+            continue
         choices = _choices(field.annotation)
-        if choices and name in flags:
-            flags[name].metavar = "|".join(choices)
+        if choices:
+            flag.metavar = "|".join(choices)
+        if isinstance(field.default, Enum) and flag.help:
+            flag.help = flag.help.replace(
+                f"(default: {field.default.name})", f"(default: {field.default.value})"
+            )
+        if field.default == "" and flag.help:
+            flag.help = flag.help.replace("(default: )", "(default: '')")
     return source
 
 

@@ -313,6 +313,21 @@ def test_a_wrong_value_is_one_line_naming_the_setting_from_every_source(
     assert str(caught.value) == needle
 
 
+@pytest.mark.parametrize("process", PROCESSES, ids=lambda p: p.__name__)
+def test_help_names_every_setting_with_its_default_as_typed(process: type[ProcessSettings]) -> None:
+    parser = argparse.ArgumentParser()
+    add_settings(parser, process)
+    text = " ".join(parser.format_help().split())
+    for name, field in process.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        assert flag in text, flag
+        if isinstance(field.default, Enum):  # the value one types, not the enum's name
+            assert f"(default: {field.default.value})" in text, flag
+            assert f"{flag} {'|'.join(str(m.value) for m in type(field.default))}" in text, flag
+        if isinstance(field.default, bool):
+            assert "--no-" + flag[2:] in text, flag
+
+
 @pytest.mark.parametrize("key", ["colour", "_secrets_dir", "_env_prefix", "_cli_settings_source"])
 def test_a_file_sets_settings_only(key: str, tmp_path: Path) -> None:
     """A key of a config file that is no setting is refused, pydantic-settings' own keywords included
