@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import tomllib
 from enum import Enum
 from pathlib import Path
@@ -21,6 +23,9 @@ from pydantic_settings import (
 )
 
 from fedsv.settings.errors import SettingsError, one_line
+from fedsv.settings.schema import SCHEMA
+
+logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "FEDSV_"
 """Every setting NAME is read from the environment variable FEDSV_NAME (upper case)."""
@@ -101,9 +106,22 @@ def add_settings(parser: argparse.ArgumentParser, model: type[ProcessSettings]) 
     return source
 
 
+def unknown_variables(model: type[ProcessSettings], environ: dict[str, str] | None = None) -> list[str]:
+    """The FEDSV_* variables that name no setting (of this process, or any declared one): a typo such as
+    FEDSV_ROUDNS would otherwise be ignored without a word."""
+    names = set(SCHEMA) | set(model.model_fields)
+    return sorted(
+        key
+        for key in (os.environ if environ is None else environ)
+        if key.upper().startswith(ENV_PREFIX) and key[len(ENV_PREFIX) :].lower() not in names
+    )
+
+
 def load_settings(model: type[S], source: CliSettingsSource[Any], args: argparse.Namespace) -> S:
     """`model` from the parsed flags, the --config file and the environment; SettingsError in one line."""
     file_values = read_config_file(args.config) if getattr(args, "config", None) else {}
+    for name in unknown_variables(model):
+        logger.warning("%s names no fedsv setting; ignored", name)
     unknown = sorted(set(file_values) - set(model.model_fields))
     if unknown:  # checked here: BaseSettings takes "_"-keys (_secrets_dir, _env_prefix...) as its own
         raise SettingsError(f"unknown setting {unknown[0]!r} in {args.config}")

@@ -328,6 +328,18 @@ def test_help_names_every_setting_with_its_default_as_typed(process: type[Proces
             assert "--no-" + flag[2:] in text, flag
 
 
+def test_a_variable_that_names_no_setting_is_said(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("FEDSV_ROUDNS", "10")
+    monkeypatch.setenv("FEDSV_WORLD_SIZE", "4")  # a participant's setting: known, not the coordinator's
+    with caplog.at_level("WARNING"):
+        settings = _load(CoordinatorSettings, ["--insecure"])
+    assert settings.rounds == 5
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == ["FEDSV_ROUDNS names no fedsv setting; ignored"]
+
+
 @pytest.mark.parametrize("key", ["colour", "_secrets_dir", "_env_prefix", "_cli_settings_source"])
 def test_a_file_sets_settings_only(key: str, tmp_path: Path) -> None:
     """A key of a config file that is no setting is refused, pydantic-settings' own keywords included
