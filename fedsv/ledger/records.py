@@ -106,6 +106,7 @@ class ValueRow:
     fedsv_normalized: float
     loo_normalized: float
     fedsv_stderr: float = math.nan  # 0 where exact, inf where unknown; NaN: not recorded (older ledgers)
+    player: str = ""  # valued as one player with others (redundant): the first of them; "": alone
 
 
 @dataclass(frozen=True)

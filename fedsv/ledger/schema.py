@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from fedsv.ledger.records import FoldValueRow, RoundRecord, RoundStatus, ValueRow
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """Version 2 added the updates table (each aggregated update's sample count) and the rounds' valued_at
 (when a round's values were committed: valuation may run behind the rounds). Version 3 added the
 rounds' status (pending, valued, not_valued), which older files spell as the method "pending" or
@@ -22,7 +22,9 @@ effect on its round's validation loss (update_effects: the guard's reputation, f
 Version 9 added the CPU seconds of each round's valuation (rounds.valuation_cpu_seconds), so that time
 waiting for a CPU shows apart from valuation work; older rounds read as not measured (NULL). Version 10
 added why each round was valued as it was (rounds.valuation_choice: auto's reason, how a target ended);
-older rounds read as not recorded ('').
+older rounds read as not recorded (''). Version 11 added the player each value was part of
+(round_values.player: the first of the members a round valued as one player, '' for one valued alone;
+valuation/accounting/owners.py); older values read as alone ('').
 A coordinator migrates an older file when it opens it (MIGRATIONS); a reader reads it as is
 (round_columns)."""
 
@@ -71,7 +73,7 @@ CREATE = [
     f"CREATE TABLE rounds ({_ROUND_COLUMNS}){STRICT}",
     "CREATE TABLE round_values (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
     "fedsv REAL NOT NULL, loo REAL NOT NULL, fedsv_normalized REAL NOT NULL, loo_normalized REAL NOT NULL, "
-    f"fedsv_stderr REAL, PRIMARY KEY (round, participant)){STRICT}",
+    f"fedsv_stderr REAL, player TEXT NOT NULL DEFAULT '', PRIMARY KEY (round, participant)){STRICT}",
     "CREATE TABLE traffic (round INTEGER NOT NULL REFERENCES rounds(round), rpc TEXT NOT NULL, "
     "direction TEXT NOT NULL CHECK (direction IN ('up', 'down')), bytes INTEGER NOT NULL, "
     f"messages INTEGER NOT NULL, PRIMARY KEY (round, rpc, direction)){STRICT}",
@@ -138,6 +140,10 @@ def _to_10(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE rounds ADD COLUMN valuation_choice TEXT NOT NULL DEFAULT ''")
 
 
+def _to_11(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE round_values ADD COLUMN player TEXT NOT NULL DEFAULT ''")
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _to_2,
     2: _to_3,
@@ -148,6 +154,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     7: _to_8,
     8: _to_9,
     9: _to_10,
+    10: _to_11,
 }
 """version -> the step that brings a file of that version to the next."""
 
@@ -184,8 +191,14 @@ FOLD_FIELDS = [f.name for f in dataclasses.fields(FoldValueRow)]
 
 def value_columns(version: int) -> str:
     """The SELECT list of ValueRow's fields for a file of `version`."""
-    stderr = "CASE WHEN round IN (SELECT round FROM rounds WHERE method = 'exact') THEN 0.0 END"
-    return ", ".join(stderr if name == "fedsv_stderr" and version < 4 else name for name in VALUE_FIELDS)
+    stand_ins = {}
+    if version < 4:
+        stand_ins["fedsv_stderr"] = (
+            "CASE WHEN round IN (SELECT round FROM rounds WHERE method = 'exact') THEN 0.0 END"
+        )
+    if version < 11:
+        stand_ins["player"] = "''"
+    return ", ".join(stand_ins.get(name, name) for name in VALUE_FIELDS)
 
 
 def value_insert() -> str:

@@ -30,6 +30,7 @@ def value_rows(values: RoundValues) -> list[ValueRow]:
         return []
     fedsv_norm, loo_norm = normalized(values.fedsv), normalized(values.loo)
     errors = np.full(len(values.participants), np.nan) if values.stderr is None else values.stderr
+    player = {pid: group[0] for group in values.merged for pid in group}
     return [
         ValueRow(
             values.round,
@@ -39,6 +40,7 @@ def value_rows(values: RoundValues) -> list[ValueRow]:
             float(fedsv_norm[i]),
             float(loo_norm[i]),
             float(errors[i]),
+            player.get(pid, ""),
         )
         for i, pid in enumerate(values.participants)
     ]
@@ -134,9 +136,20 @@ def federated_valuation(
                 classes=_by_label(classes_of.get(number, []), [r.participant for r in round_rows]),
                 folds=_by_fold(folds_of.get(number, []), [r.participant for r in round_rows]),
                 selected=list(record.selected),
+                merged=_merged(round_rows),
             )
         )
     return accounting
+
+
+def _merged(rows: list[ValueRow]) -> list[list[str]]:
+    """The round's members valued as one player, from each value's player (a lone player's is dropped:
+    an altered file cannot name a group of one)."""
+    groups: dict[str, list[str]] = {}
+    for row in rows:
+        if row.player:
+            groups.setdefault(row.player, []).append(row.participant)
+    return [group for group in groups.values() if len(group) > 1]
 
 
 def _recorded(errors: list[float]) -> np.ndarray | None:

@@ -10,7 +10,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from fedsv.ledger import RoundRecord
-from fedsv.valuation.accounting.completion import Completed
 
 logger = logging.getLogger(__name__)
 
@@ -208,19 +207,19 @@ class RunMetrics:
 
     def observe_completed(
         self,
-        ids: Sequence[str],
-        completed: Completed,
+        completed: Mapping[str, float],
+        errors: Mapping[str, Mapping[str, float]],
         seconds: float,
-        errors: Mapping[str, Sequence[float]] | None = None,
     ) -> None:
-        """The completed values of every member and, where given, every total's error against a rerun
-        (per value key, in `ids` order): the valuation worker sets them when caught up."""
-        completed_errors = completed.stderr if errors is None else errors["fedsv_completed"]
-        for pid, value, error in zip(ids, completed.totals, completed_errors, strict=True):
+        """The completed values of every member and every total's error against a rerun (per value key
+        and member): the valuation worker sets them when caught up."""
+        for pid, value in completed.items():
             self.participant_fedsv_completed.labels(participant=pid).set(float(value))
-            self.participant_completed_stderr.labels(participant=pid).set(float(error))
-        for key, per_member in (errors or {}).items():
-            for pid, error in zip(ids, per_member, strict=True):
+            self.participant_completed_stderr.labels(participant=pid).set(
+                float(errors["fedsv_completed"][pid])
+            )
+        for key, per_member in errors.items():
+            for pid, error in per_member.items():
                 self.participant_rerun_stderr.labels(participant=pid, value=key).set(float(error))
         self.completion_seconds.set(seconds)
 

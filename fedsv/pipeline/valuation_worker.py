@@ -37,7 +37,6 @@ from fedsv.pipeline.valuation_process import (
     serve,
 )
 from fedsv.valuation import FederatedValuation, RoundValues, ValuationSpec
-from fedsv.valuation.accounting.rounds import TOTAL_KEYS
 from fedsv.valuation.round_valuation import GameSettings
 
 logger = logging.getLogger(__name__)
@@ -277,7 +276,8 @@ class ValuationWorker:
         reply = self._ask(Complete(self._accounting.matrices()), "completing the values")
         if isinstance(reply, CompletedReply):
             self._accounting.adopt(reply.matrix, reply.completed, reply.errors)
-            errors = {key: [float(e) for e in reply.errors.stderr(key)] for key in TOTAL_KEYS}
-            self._metrics.observe_completed(reply.matrix.ids, reply.completed, reply.seconds, errors)
+            # per participant (an owner's completed total split among its participants: owners.py)
+            completed = self._accounting.totals()["fedsv_completed"]
+            self._metrics.observe_completed(completed, self._accounting.errors(), reply.seconds)
         elif isinstance(reply, Failed):
             logger.warning("completed values not updated after %d rounds: %s", reply.round, reply.error)

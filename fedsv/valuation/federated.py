@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsv.valuation.accounting.completion import Completed, RoundMatrix
+from fedsv.valuation.accounting.owners import Owners
 from fedsv.valuation.accounting.round_matrices import RoundMatrices, merge_folds
 from fedsv.valuation.accounting.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
 from fedsv.valuation.errors.rerun_noise import sum_rerun
@@ -97,11 +98,19 @@ class FederatedValuation:
         out = self.sums()
         out["fedsv_completed"], out["fedsv_shrunk"] = {}, {}
         if self._rounds:
-            ids, completed = self.completed()
-            out["fedsv_completed"] = dict(zip(ids, map(float, completed.totals), strict=True))
+            _, completed = self.completed()
             shrunk = self.uncertainty().shrunk(self.matrices().fedsv, np.asarray(completed.totals))
-            out["fedsv_shrunk"] = dict(zip(ids, map(float, shrunk), strict=True))
+            owners, ids = self.owners(), self.participants()
+            out["fedsv_completed"] = dict(zip(ids, map(float, owners.split(completed.totals)), strict=True))
+            out["fedsv_shrunk"] = dict(zip(ids, map(float, owners.split(shrunk)), strict=True))
         return {key: out[key] for key in TOTAL_KEYS}
+
+    def owners(self) -> Owners:
+        """The run's owners: participants that a round valued as one player (RoundValues.merged) are
+        one owner for the whole run; the completed and shrunk totals value owners and split an owner's
+        equally among its participants (owners.py)."""
+        merged = [group for rv in self.per_round() for group in rv.merged]
+        return Owners.linked(self.participants(), merged)
 
     def sums(self) -> dict[str, dict[str, float]]:
         """Per participant, fedsv, loo and their normalized variants summed over the rounds it was valued
@@ -147,9 +156,10 @@ class FederatedValuation:
             variance[cols, :width] += np.nan if validation is None else np.square(validation)
             seen[cols] = True
         if split:
-            matrices = self.matrices()
-            rerun = np.stack([sum_rerun(values[:, :, c], matrices) for c in range(labels)], axis=1)
-            variance = variance + np.square(rerun)
+            matrices, owners = self.matrices(), self.owners()
+            pooled = owners.pool_values(values)
+            rerun = np.stack([sum_rerun(pooled[:, :, c], matrices) for c in range(labels)], axis=1)
+            variance = variance + np.square(owners.split(rerun))
         totals = values.sum(axis=0)
         return ClassTotals(
             labels,
@@ -160,8 +170,9 @@ class FederatedValuation:
         )
 
     def completed(self) -> tuple[list[str], Completed]:
-        """The completed totals (completion.complete) of every participant of the world, in that order;
-        computed once per number of rounds recorded (or adopted from a completion done elsewhere)."""
+        """The completed totals (completion.complete) of every owner of the world (every participant,
+        where no round merged any: owners()), in that order; computed once per number of rounds
+        recorded (or adopted from a completion done elsewhere). totals() has them per participant."""
         if self._completed is None or self._completed[0] != len(self._rounds):
             matrix = self.round_matrix()
             self.adopt(matrix, matrix.complete())
@@ -176,10 +187,11 @@ class FederatedValuation:
 
     def matrices(self) -> RoundMatrices:
         """The rounds' FedSV and LOO, their estimator's variance and their values per validation fold as
-        round-by-participant matrices (round_matrices.RoundMatrices); built once per number of rounds
-        recorded (the completion, the errors and the values per label all start from them)."""
+        round-by-owner matrices (round_matrices.RoundMatrices; an owner of several participants is one
+        column: owners()); built once per number of rounds recorded (the completion, the errors and
+        the values per label all start from them)."""
         if self._matrices is None or self._matrices[0] != len(self._rounds):
-            self._matrices = (len(self._rounds), self._build_matrices())
+            self._matrices = (len(self._rounds), self.owners().pool(self._build_matrices()))
         return self._matrices[1]
 
     def _build_matrices(self) -> RoundMatrices:
@@ -247,8 +259,9 @@ class FederatedValuation:
     def _by_id(self, pick: Callable[[Uncertainty, str], FloatArray]) -> dict[str, dict[str, float]]:
         if not self._rounds:
             return {key: {} for key in TOTAL_KEYS}
-        u, ids = self.uncertainty(), self.participants()
-        return {key: dict(zip(ids, map(float, pick(u, key)), strict=True)) for key in TOTAL_KEYS}
+        u, ids, owners = self.uncertainty(), self.participants(), self.owners()
+        split = {key: owners.split(pick(u, key)) for key in TOTAL_KEYS}  # an owner's error over its members
+        return {key: dict(zip(ids, map(float, split[key]), strict=True)) for key in TOTAL_KEYS}
 
     def sum_errors(self) -> dict[str, dict[str, float]]:
         """Per participant, the estimator's standard error of each of the sums() (what the live metrics

@@ -272,9 +272,29 @@ def test_a_ledger_from_before_a_rounds_column_reads_it_as_not_recorded_and_migra
         assert getattr(ledger.rounds()[1], field) == recorded
 
 
+def test_a_schema_10_ledger_reads_every_value_as_valued_alone_and_migrates(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        commit(ledger, 1)
+    _downgrade(path, 10)
+    with Ledger(path, read_only=True) as reader:
+        assert {row.player for row in reader.values()} == {""} and reader.integrity_ok()
+    with Ledger(path) as ledger:
+        record = make_record(2)
+        values, traffic = make_rows(record)
+        first = values[0].participant
+        merged = [dataclasses.replace(row, player=first) for row in values[:2]] + values[2:]
+        ledger.commit_round(record, merged, traffic, Checkpoint(2, b"p", "{}"))
+        players = [row.player for row in ledger.values() if row.round == 2]
+        assert players == [first, first] + [""] * (len(values) - 2)
+
+
 def _downgrade(path: Path, version: int) -> None:
     """Make a current ledger look like what a coordinator of schema `version` left."""
     with sqlite3.connect(path) as conn:
+        if version < 11:  # no players of merged members
+            conn.execute("ALTER TABLE round_values DROP COLUMN player")
         if version < 10:  # no valuation choice
             conn.execute("ALTER TABLE rounds DROP COLUMN valuation_choice")
         if version < 9:  # no valuation CPU seconds

@@ -6,7 +6,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -66,6 +66,9 @@ class RoundValues:
     cpu_seconds: float = math.nan  # CPU time of the valuing process (all its threads) over `seconds`;
     # seconds - cpu_seconds / threads is time spent waiting for a CPU. NaN: not measured
     choice: str = ""  # why this method ("auto"'s reason) and how a target ended; "": not recorded
+    merged: list[list[str]] = field(default_factory=list)  # participants valued as one player (redundant:
+    # their updates far more alike than independent data give), each group of two or more; the run
+    # values them as one owner (owners.py)
 
     def __post_init__(self) -> None:
         self.fedsv = np.asarray(self.fedsv, dtype=np.float64)
@@ -89,6 +92,11 @@ class RoundValues:
             raise ValueError(
                 f"round {self.round}: {n} participants, values per fold of {self.folds.fedsv.shape[0]}"
             )
+        grouped = [pid for group in self.merged for pid in group]
+        if len(set(grouped)) != len(grouped) or not set(grouped) <= set(self.participants):
+            raise ValueError(f"round {self.round}: merged groups {self.merged} are not disjoint participants")
+        if any(len(group) < 2 for group in self.merged):
+            raise ValueError(f"round {self.round}: a merged group of fewer than two in {self.merged}")
         if self.classes is not None and self.classes.values.shape[0] != n:
             raise ValueError(
                 f"round {self.round}: {n} participants, values per label of {self.classes.values.shape[0]}"
@@ -198,6 +206,7 @@ def value_round(
         classes=split.classes,
         folds=split.folds,
         choice=choice,
+        merged=[[ids[i] for i in g] for g in groups if len(g) > 1],
     )
     logger.info(
         "round %d: %s over %d participants (%s), %d evaluations, %.3fs, largest stderr %.2g, residual %.2e",
