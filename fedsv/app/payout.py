@@ -110,7 +110,7 @@ def payout(
     between = [row.get(f"{error_key}_between", row.get(error_key)) for row in rows]
     group = [row["group"] for row in rows]
     if rule == "groups":
-        values = _group_means(values, group)
+        values = _group_means(values, group, [row.get("owner") or [row["participant"]] for row in rows])
     out = []
     for row, error, (share, paid, low, high) in zip(
         rows, errors, shares(values, between, amount, negative), strict=True
@@ -130,14 +130,19 @@ def payout(
     return out
 
 
-def _group_means(values: list[float], groups: list[int | None]) -> list[float]:
-    """Each value replaced by its group's mean (a member without a group keeps its own)."""
-    members: dict[int, list[float]] = {}
-    for v, g in zip(values, groups, strict=True):
+def _group_means(values: list[float], groups: list[int | None], owners: list[list[str]]) -> list[float]:
+    """Each value replaced by its group's mean over owners (a member without a group keeps its own): an
+    owner of several participants (`owners`: each row's owner's participants) counts once, with its
+    participants' values summed, and each of them gets its equal part of the mean."""
+    members: dict[int, dict[tuple[str, ...], float]] = {}
+    for v, g, owner in zip(values, groups, owners, strict=True):
         if g is not None:
-            members.setdefault(g, []).append(v)
-    means = {g: sum(vs) / len(vs) for g, vs in members.items()}
-    return [v if g is None else means[g] for v, g in zip(values, groups, strict=True)]
+            held = members.setdefault(g, {})
+            held[tuple(owner)] = held.get(tuple(owner), 0.0) + v
+    means = {g: sum(held.values()) / len(held) for g, held in members.items()}
+    return [
+        v if g is None else means[g] / len(owner) for v, g, owner in zip(values, groups, owners, strict=True)
+    ]
 
 
 def _none(x: float) -> float | None:

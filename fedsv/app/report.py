@@ -13,7 +13,7 @@ from fedsv.fl.ranks import participant_id
 from fedsv.ledger import EffectRow, Ledger, RoundRecord, UpdateRow, ValueRow, federated_valuation
 from fedsv.settings.run import RunConfig
 from fedsv.valuation.accounting.rounds import TOTAL_KEYS
-from fedsv.valuation.accounting.verdict import differ, verdict
+from fedsv.valuation.accounting.verdict import differ, owners_verdict
 from fedsv.valuation.errors.valuation_noise import COMPONENTS
 
 RECOMMENDED = "fedsv_shrunk"
@@ -134,6 +134,7 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     minimum = sum(rec.physical_minimum_bytes for rec in records)
     n = max(1, len(records))
     values = _values(valuation, records)
+    owners = valuation.owners().shared()  # participants valued as one owner (merged in a round)
     return {
         "run_id": run[0],
         "config": run[1],
@@ -147,7 +148,8 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         "stderr_between": values.between,
         "stderr_parts": values.parts,
         "pending_rounds": values.pending,
-        "verdict": _verdict(values.totals[VERDICT_VALUE], values.between[VERDICT_VALUE]),
+        "owners": owners,
+        "verdict": _verdict(values.totals[VERDICT_VALUE], values.between[VERDICT_VALUE], owners),
         "completion": None
         if completion is None
         else {
@@ -227,9 +229,10 @@ def _values(valuation: Any, records: list[RoundRecord]) -> Values:
     )
 
 
-def _verdict(values: dict[str, Any], errors: dict[str, Any]) -> dict[str, Any]:
+def _verdict(values: dict[str, Any], errors: dict[str, Any], owners: list[list[str]]) -> dict[str, Any]:
+    """The verdict on the members' values, an owner of several participants tested as one member."""
     known = {pid: v for pid, v in values.items() if v is not None}
-    result = verdict(known, {pid: errors.get(pid) for pid in known})
+    result = owners_verdict(known, {pid: errors.get(pid) for pid in known}, owners)
     return {
         "value": VERDICT_VALUE,
         "line": result.line(),
@@ -244,7 +247,8 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per participant of the run (the world and every one ever selected), best recommended value
     first; a total not known yet is None.
 
-    Each row holds every total with its standard error (None: unknown), its verdict group, and
+    Each row holds every total with its standard error (None: unknown), its verdict group, its `owner`
+    (the participants valued as one owner with it, owners.py; None: an owner alone), and
     `separated_from_next`: whether its recommended value differs from the next rank's at 95% (None for
     the last, or where an error is unknown)."""
     totals, errors = report["totals"], report.get("stderr", {})
@@ -265,6 +269,7 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     ids = list(dict.fromkeys([*report["summary"]["participants"], *selected, *totals["fedsv"]]))
     groups = report.get("verdict", {}).get("groups", [])
     group_of = {pid: k for k, group in enumerate(groups, start=1) for pid in group}
+    owner_of = {pid: owner for owner in report.get("owners", []) for pid in owner}
 
     def total(key: str, pid: str) -> float | None:
         value = totals.get(key, {}).get(pid)
@@ -281,7 +286,7 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         | {key: total(key, pid) for key in TOTAL_KEYS}
         | {f"{key}_stderr": errors.get(key, {}).get(pid) for key in TOTAL_KEYS}
         | {f"{key}_stderr_between": between.get(key, {}).get(pid) for key in TOTAL_KEYS}
-        | {"group": group_of.get(pid)}
+        | {"group": group_of.get(pid), "owner": owner_of.get(pid)}
         for pid in ids
     ]
     rows.sort(key=lambda r: (r[recommended] is None, -(r[recommended] or 0.0), r["participant"]))

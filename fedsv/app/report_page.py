@@ -203,7 +203,13 @@ def _verdict_section(report: dict[str, Any]) -> str:
     )
     missing = report.get("pending_rounds", [])
     waiting = f"<p class='pending'>rounds awaiting their values: {_e(missing)}</p>" if missing else ""
-    return f"<p class='verdict'>{_e(verdict.get('line', 'no verdict yet'))}</p>{waiting}<ul>{listed}</ul>"
+    owners = "".join(
+        f"<p class='owner'>{_e(' and '.join(owner))}: valued as one owner (their updates were far more "
+        "alike than independent data give); tested as one member, their value split equally</p>"
+        for owner in report.get("owners", [])
+    )
+    line = _e(verdict.get("line", "no verdict yet"))
+    return f"<p class='verdict'>{line}</p>{owners}{waiting}<ul>{listed}</ul>"
 
 
 def _payout_section() -> str:
@@ -240,6 +246,7 @@ def render_page(report: dict[str, Any]) -> str:
             {
                 "participant": row["participant"],
                 "group": row.get("group"),
+                "owner_size": len(row.get("owner") or [row["participant"]]),
                 **{key: row.get(key) for key in VALUES},
                 **{
                     f"{key}_error": row.get(f"{key}_stderr_between", row.get(f"{key}_stderr"))
@@ -314,13 +321,15 @@ function payout() {
   const rule = document.getElementById('rule').value;
   const rows = PAYOUT.rows;
   let values = rows.map(r => r[key] === null ? 0 : r[key]);
-  if (rule === 'groups') {  // members that cannot be told apart: paid by their group's mean
-    const sums = {}, counts = {};
+  if (rule === 'groups') {  // members that cannot be told apart: paid by their group's mean over owners
+    const sums = {}, counts = {};  // an owner of several participants counts once, each its equal part
     rows.forEach((r, i) => {
       if (r.group === null) return;
-      sums[r.group] = (sums[r.group] || 0) + values[i]; counts[r.group] = (counts[r.group] || 0) + 1;
+      sums[r.group] = (sums[r.group] || 0) + values[i];
+      counts[r.group] = (counts[r.group] || 0) + 1 / r.owner_size;
     });
-    values = values.map((v, i) => rows[i].group === null ? v : sums[rows[i].group] / counts[rows[i].group]);
+    values = values.map((v, i) => rows[i].group === null ? v
+      : sums[rows[i].group] / counts[rows[i].group] / rows[i].owner_size);
   }
   const width = rows.map(r => r[key + '_error'] === null ? NaN : PAYOUT.z95 * r[key + '_error']);
   const shares = split(values, negative);

@@ -4,7 +4,7 @@ of members that cannot be told apart."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from scipy.stats import chi2
@@ -97,3 +97,27 @@ def verdict(values: Mapping[str, float], errors: Mapping[str, float | None]) -> 
         groups.append([pid])
         leader = (value, error)
     return Verdict(statistic, p_value, len(known), groups)
+
+
+def owners_verdict(
+    values: Mapping[str, float], errors: Mapping[str, float | None], owners: Sequence[Sequence[str]]
+) -> Verdict:
+    """The verdict on owners: the members listed together in `owners` (one owner's identities, each
+    holding an equal part of its value: owners.py) are tested as one member, with their values and
+    errors summed (the parts move together); each group lists an owner's members together."""
+    members = {pid: [pid] for pid in values}
+    for owner in owners:
+        held = [pid for pid in owner if pid in values]
+        for pid in held:
+            members.pop(pid, None)
+        if held:
+            members[held[0]] = held
+    pooled = {key: sum(float(values[pid]) for pid in held) for key, held in members.items()}
+    pooled_errors: dict[str, float | None] = {}
+    for key, held in members.items():
+        parts = [errors.get(pid) for pid in held]
+        known = [float(e) for e in parts if e is not None]
+        pooled_errors[key] = sum(known) if len(known) == len(parts) else None
+    found = verdict(pooled, pooled_errors)
+    groups = [[pid for key in group for pid in members[key]] for group in found.groups]
+    return Verdict(found.statistic, found.p_value, found.members, groups)
