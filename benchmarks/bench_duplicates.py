@@ -3,7 +3,8 @@
 scikit-learn's digits in eight owners of 30 to 200 images (benchmarks/federations.py's digits owners,
 without the twins), everyone selected in every round, exact values, 10 rounds; then the same owners plus
 a ninth member holding a copy of owner K's file, valued apart and with redundant members merged
-(--valuation-merge-redundant: updates far more alike than independent data give valued as one player).
+(--valuation-merge-redundant: updates far more alike than independent data give valued as one player,
+and members merged in any round pooled as one owner for the run: fedsv/valuation/accounting/owners.py).
 Per seed it prints owner K's payout share alone and its two identities' combined share, by each value
 (negative values paid nothing), and their ratio (the target: at most 1.1 on the mean over seeds).
 
