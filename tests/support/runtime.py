@@ -39,10 +39,15 @@ START_TIMEOUT = 180.0  # seconds for a coordinator to serve (torch import + data
 
 
 def flags(settings: Mapping[str, object]) -> list[str]:
-    """--key value for each setting (underscores become dashes)."""
+    """--key value for each setting (underscores become dashes; a boolean is --key or --no-key)."""
     out: list[str] = []
     for key, value in settings.items():
-        out += [f"--{key.replace('_', '-')}", str(value)]
+        name = key.replace("_", "-")
+        out += (
+            [f"--{name}" if value else f"--no-{name}"]
+            if isinstance(value, bool)
+            else [f"--{name}", str(value)]
+        )
     return out
 
 

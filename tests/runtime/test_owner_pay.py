@@ -1,0 +1,57 @@
+"""An owner that joins twice through `fedsv launch` (real coordinator and participant processes, gRPC,
+mutual TLS) with --valuation-merge-redundant: its second identity holds a copy of its data and trains
+with its own shuffling. Every round values the two as one player, the ledger keeps it, the report
+names them one owner and tests it as one member, and `fedsv payout --rule groups` pays the two
+together no more than another owner of their group."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedsv.ledger import Ledger
+from tests.support.runtime import launch
+
+pytestmark = pytest.mark.slow
+
+RUN: dict[str, object] = {
+    "participants": 6,
+    "fraction": 1.0,
+    "rounds": 3,
+    "valuation": "exact",
+    "seed": 0,
+    "corrupt": "5=copy:2",
+    "valuation_merge_redundant": True,
+}
+
+
+def test_an_owner_that_joins_twice_is_one_owner_in_the_ledger_report_and_payout(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = launch(out, RUN, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
+        players = {(row.round, row.participant): row.player for row in ledger.values()}
+    assert {players[r, "p002"] for r in (1, 2, 3)} == {"p002"} == {players[r, "p005"] for r in (1, 2, 3)}
+    assert {p for (_, pid), p in players.items() if pid not in ("p002", "p005")} == {""}
+    paid = subprocess.run(
+        [sys.executable, "-m", "fedsv", "payout", str(out), "--amount", "10000", "--rule", "groups"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert paid.returncode == 0, paid.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["owners"] == [["p002", "p005"]]
+    assert report["verdict"]["members_tested"] == 5  # five owners of six identities
+    group = next(g for g in report["verdict"]["groups"] if "p002" in g)
+    assert "p005" in group, report["verdict"]["groups"]
+    with (out / "payout.csv").open() as handle:
+        amounts = {row["participant"]: float(row["amount"]) for row in csv.DictReader(handle)}
+    assert amounts["p002"] == pytest.approx(amounts["p005"])
+    for pid in group:
+        if pid not in ("p002", "p005"):  # the owner's two identities together: one owner's amount
+            assert amounts["p002"] + amounts["p005"] == pytest.approx(amounts[pid], rel=1e-6), amounts
+    assert sum(amounts.values()) == pytest.approx(10000)
