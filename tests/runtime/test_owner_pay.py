@@ -38,20 +38,28 @@ def test_an_owner_that_joins_twice_is_one_owner_in_the_ledger_report_and_payout(
         players = {(row.round, row.participant): row.player for row in ledger.values()}
     assert {players[r, "p002"] for r in (1, 2, 3)} == {"p002"} == {players[r, "p005"] for r in (1, 2, 3)}
     assert {p for (_, pid), p in players.items() if pid not in ("p002", "p005")} == {""}
-    paid = subprocess.run(
-        [sys.executable, "-m", "fedsv", "payout", str(out), "--amount", "10000", "--rule", "groups"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert paid.returncode == 0, paid.stderr
+    by_value = _payout(out)  # each by its own recommended value: the owner's split between its two
+    others = [amount for pid, amount in by_value.items() if pid not in ("p002", "p005")]
+    assert by_value["p002"] == pytest.approx(by_value["p005"])
+    assert by_value["p002"] + by_value["p005"] <= 1.1 * max(others), by_value
+    amounts = _payout(out, "--rule", "groups")
     report = json.loads((out / "report.json").read_text())
     assert report["owners"] == [["p002", "p005"]]
     assert report["verdict"]["members_tested"] == 5  # five owners of six identities
     group = next(g for g in report["verdict"]["groups"] if "p002" in g)
     assert "p005" in group, report["verdict"]["groups"]
-    with (out / "payout.csv").open() as handle:
-        amounts = {row["participant"]: float(row["amount"]) for row in csv.DictReader(handle)}
     assert amounts["p002"] == pytest.approx(amounts["p005"])
     for pid in group:
         if pid not in ("p002", "p005"):  # the owner's two identities together: one owner's amount
             assert amounts["p002"] + amounts["p005"] == pytest.approx(amounts[pid], rel=1e-6), amounts
     assert sum(amounts.values()) == pytest.approx(10000)
+
+
+def _payout(out: Path, *options: str) -> dict[str, float]:
+    paid = subprocess.run(
+        [sys.executable, "-m", "fedsv", "payout", str(out), "--amount", "10000", *options],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert paid.returncode == 0, paid.stderr
+    with (out / "payout.csv").open() as handle:
+        return {row["participant"]: float(row["amount"]) for row in csv.DictReader(handle)}

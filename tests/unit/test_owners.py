@@ -144,7 +144,7 @@ def test_the_verdict_and_the_group_payout_count_an_owner_once() -> None:
 def test_the_report_and_the_payout_treat_an_owner_as_one_member(tmp_path: Path) -> None:
     """From the ledger: report.json names the owner, its identities share one verdict group, and paying
     by groups gives the owner (both identities together) what each other owner of its group gets."""
-    _, twice, _ = _runs(0, 8)
+    _, twice, _ = _runs(2, 4)
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         ledger.ensure_run("run-owners", {"rounds": ROUNDS, "participants": 9})
         ledger.record_initial_scores(dict(enumerate(twice.initial_scores)))
@@ -161,5 +161,6 @@ def test_the_report_and_the_payout_treat_an_owner_as_one_member(tmp_path: Path) 
     paid = {share.participant: share.amount for share in payout(tmp_path, 1000.0, rule="groups")}
     assert paid["p004"] == pytest.approx(paid["p008"])
     others = [pid for pid in group if pid not in ("p004", "p008")]
+    assert others, group  # the owner shares its group with other owners
     for pid in others:  # every owner of the group paid alike: the owner's two identities together
         assert paid["p004"] + paid["p008"] == pytest.approx(paid[pid], rel=1e-9)
