@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from fedsv.fl.distances import pairwise_distances
+from fedsv.fl.redundancy import counted_once
 from fedsv.fl.state import apply_delta, fedavg
 from fedsv.fl.updates import ClientUpdate
 
@@ -27,12 +29,16 @@ class AggregationRule:
     krum: the delta whose summed squared distance to its |S| - byzantine - 2 nearest others in S is
         smallest (Blanchard et al. 2017); multi_krum: the FedAvg of the `keep` best by that score
         (keep 0: |S| - byzantine). Both select, then average linearly, so their games keep the fast path.
+    once: redundant members (fedsv.fl.redundancy: updates far more alike than independent data give, one
+        owner's data twice) weigh as one member: each one's sample count divided by its group's size
+        (fedavg, krum, multi_krum; the other rules take no counts), in the round and in its game.
     """
 
     name: str = "fedavg"
     trim: float = 0.1
     byzantine: int = 1
     keep: int = 0
+    once: bool = False
 
     def __post_init__(self) -> None:
         if self.name not in RULES:
@@ -118,16 +124,6 @@ class AggregationRule:
         return torch.where(sizes[:, None] > 0, out, torch.zeros_like(out))
 
 
-def pairwise_distances(matrices: list[Tensor]) -> Tensor:
-    """Squared L2 distances (m, m) between the deltas whose tensors are the rows of `matrices`."""
-    m = matrices[0].shape[0]
-    total = torch.zeros((m, m), dtype=torch.float64, device=matrices[0].device)
-    for matrix in matrices:
-        rows = matrix.to(torch.float64)
-        total += torch.cdist(rows, rows).pow(2)
-    return total
-
-
 FEDAVG = AggregationRule()
 
 
@@ -146,14 +142,16 @@ def aggregate(
 ) -> dict[str, Tensor]:
     """w_{t+1} = w_t + the rule's aggregate of the round's updates (FedAvg: weighted by sample counts)."""
     ordered = ordered_updates(updates, number)
-    counts = [u.num_samples for u in ordered]
+    counts: list[float] = [float(u.num_samples) for u in ordered]
+    if rule.once:
+        counts = counted_once([u.delta for u in ordered], counts)
     if rule.name == "fedavg":
         return apply_delta(params, fedavg([u.delta for u in ordered], counts))
     return apply_delta(params, robust_aggregate(rule, [u.delta for u in ordered], counts))
 
 
 def robust_aggregate(
-    rule: AggregationRule, deltas: Sequence[Mapping[str, Tensor]], counts: Sequence[int]
+    rule: AggregationRule, deltas: Sequence[Mapping[str, Tensor]], counts: Sequence[float]
 ) -> dict[str, Tensor]:
     """The rule's aggregate of all the deltas, computed in float64 as the round game computes a coalition."""
     names = list(deltas[0])

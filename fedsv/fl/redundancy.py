@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedsv.fl.aggregation import pairwise_distances
+from fedsv.fl.distances import pairwise_distances
 
 REDUNDANT = 0.15
 """A pair is redundant when its relative squared distance is below this share of the round's median
@@ -75,3 +75,15 @@ def redundant_groups(
     for member in range(m):
         linked.setdefault(root(member), []).append(member)
     return sorted(linked.values())
+
+
+def counted_once(deltas: Sequence[Mapping[str, Tensor]], counts: Sequence[float]) -> list[float]:
+    """The members' sample counts with each redundant group of the deltas weighing as one member (the
+    coordinator's aggregation; a round's game takes the same groups: weighed_once)."""
+    return weighed_once(redundant_groups(delta_matrices(deltas)) if deltas else [], counts)
+
+
+def weighed_once(groups: Sequence[Sequence[int]], counts: Sequence[float]) -> list[float]:
+    """Each member's count divided by the size of its group in `groups` (members of no group: alone)."""
+    size = {member: len(group) for group in groups for member in group}
+    return [float(count) / size.get(i, 1) for i, count in enumerate(counts)]

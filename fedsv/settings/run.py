@@ -198,7 +198,11 @@ class RunConfig(ConfigModel):
     def aggregation_rule(self) -> AggregationRule:
         """The rule that aggregates each round, and values every coalition of its game."""
         return AggregationRule(
-            self.aggregation, self.aggregation_trim, self.aggregation_byzantine, self.aggregation_keep
+            self.aggregation,
+            self.aggregation_trim,
+            self.aggregation_byzantine,
+            self.aggregation_keep,
+            once=self.valuation_merge_redundant,
         )
 
     def norm_bound(self) -> NormBound:

@@ -156,7 +156,9 @@ RUN_SETTINGS: dict[str, Any] = {  # name -> pydantic FieldInfo (Field's type is 
         False,
         description=(
             "value the members of a round whose updates are far more alike than independent data give (a "
-            "second identity with a copy of an owner's data) as one player, their value split equally"
+            "second identity with a copy of an owner's data) as one player, their value split equally, "
+            "aggregate them as one member (FedAvg, Krum: their sample counts divided among them) and pay "
+            "members merged in any round as one owner for the run"
         ),
         json_schema_extra={"later": True},
     ),

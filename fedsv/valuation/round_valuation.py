@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from fedsv.fl.aggregation import AggregationRule, ordered_updates
 from fedsv.fl.evaluation import EvalSet
-from fedsv.fl.redundancy import redundant_groups
+from fedsv.fl.redundancy import delta_matrices, redundant_groups, weighed_once
 from fedsv.fl.updates import ClientUpdate
 from fedsv.valuation.accounting.rounds import RoundValues
 from fedsv.valuation.federated import FederatedValuation
@@ -50,7 +50,8 @@ def value_updates(
     """The round's values from w_t and its updates only (spec None: valuation off, utilities only);
     `selected`: the round's selection, where some were not aggregated. Where the spec merges redundant
     members, those whose updates are far more alike than independent data give are valued as one
-    player (fedsv.fl.redundancy).
+    player (fedsv.fl.redundancy); where the aggregation weighs them once (AggregationRule.once), so does
+    every coalition of the game.
 
     The values are recorded in `accounting` unless valuation is off. Valuation needs no message beyond
     the updates the round already received. on_plan: see fedsv.valuation.accounting.rounds.value_round.
@@ -58,7 +59,12 @@ def value_updates(
     ordered = ordered_updates(updates, number)
     ids = [u.participant for u in ordered]
     deltas = [u.delta for u in ordered]
-    counts = [u.num_samples for u in ordered]
+    counts: list[float] = [float(u.num_samples) for u in ordered]
+    merging = spec is not None and spec.merge_redundant
+    # the deltas as received, as the coordinator's aggregation found them (fedsv.fl.aggregation)
+    groups = redundant_groups(delta_matrices(deltas)) if merging or game_settings.aggregation.once else None
+    if groups is not None and game_settings.aggregation.once:  # the game weighs them as the round did
+        counts = weighed_once(groups, counts)
     game = RoundGame(
         model,
         params,
@@ -75,7 +81,4 @@ def value_updates(
         before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
         zeros = np.zeros(len(ids))
         return RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
-    groups = None
-    if spec.merge_redundant:  # from the deltas as the game stacked them (distances where a rule needed them)
-        groups = redundant_groups(list(game.inputs.delta_matrices.values()), game.inputs.distances)
-    return accounting.value_round(game, ids, number, spec, on_plan, selected, groups)
+    return accounting.value_round(game, ids, number, spec, on_plan, selected, groups if merging else None)

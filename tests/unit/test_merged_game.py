@@ -10,14 +10,18 @@ import torch
 
 from fedsv.app.demo import DemoConfig, run_demo
 from fedsv.data import load_dataset
-from fedsv.fl.redundancy import delta_matrices, redundant_groups, relative_distances
+from fedsv.fl.aggregation import AggregationRule, aggregate
+from fedsv.fl.evaluation import EvalSet
+from fedsv.fl.redundancy import counted_once, delta_matrices, redundant_groups, relative_distances
 from fedsv.fl.state import params_of
+from fedsv.fl.updates import ClientUpdate
 from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import FederatedValuation, RoundGame
 from fedsv.valuation.games.game import CallableGame
 from fedsv.valuation.games.merged_game import MergedGame, check_groups
 from fedsv.valuation.games.spec import ValuationSpec
+from fedsv.valuation.round_valuation import GameSettings, value_updates
 
 
 def brute_shapley(utility: object, m: int) -> np.ndarray:
@@ -68,6 +72,13 @@ def test_groups_must_partition_the_players() -> None:
 
 def _mnist_round(copies: dict[int, int]) -> tuple[RoundGame, list[dict[str, torch.Tensor]]]:
     """Six members of 40 embedded MNIST images each, really trained; copies: member -> whose images."""
+    game, deltas, _ = _mnist_round_with_validation(copies)
+    return game, deltas
+
+
+def _mnist_round_with_validation(
+    copies: dict[int, int],
+) -> tuple[RoundGame, list[dict[str, torch.Tensor]], EvalSet]:
     splits = load_dataset("embedded", seed=0, validation_size=160, test_size=100)
     x, y = splits.train.x, splits.train.y
     model = build_model("mlp", (1, 28, 28), seed=1)
@@ -79,7 +90,32 @@ def _mnist_round(copies: dict[int, int]) -> tuple[RoundGame, list[dict[str, torc
         deltas.append(local_update(model, start, xs, ys, TrainConfig(batch_size=8, lr=0.1, epochs=2), seed=i))
     val_x, val_y = splits.validation.x, splits.validation.y
     game = RoundGame(model, start, deltas, [40] * 6, val_x, val_y, metric="neg_loss")
-    return game, deltas
+    return game, deltas, EvalSet(val_x, val_y)
+
+
+def test_redundant_members_weigh_as_one_member_in_the_round_and_in_its_game() -> None:
+    """AggregationRule(once=True): the copy and its original share one member's weight in the round's
+    aggregate, and every coalition of the round's game is aggregated the same way (its U(all) is the
+    score of the model the round made)."""
+    game, deltas, validation = _mnist_round_with_validation({5: 2})
+    assert counted_once(deltas, [40.0] * 6) == [40.0, 40.0, 20.0, 40.0, 40.0, 20.0]
+    updates = [ClientUpdate(f"p{i}", delta, 40) for i, delta in enumerate(deltas)]
+    start = game.inputs.global_params
+    once = aggregate(start, updates, 1, AggregationRule(once=True))
+    weights = [40.0, 40.0, 20.0, 40.0, 40.0, 20.0]
+    expected = {
+        n: start[n] + sum(w * d[n] for w, d in zip(weights, deltas, strict=True)) / 200 for n in start
+    }
+    assert all(torch.allclose(once[n], expected[n], atol=1e-6) for n in start)
+    twice = aggregate(start, updates, 1, AggregationRule())
+    assert not all(torch.allclose(once[n], twice[n], atol=1e-6) for n in start)
+    spec = ValuationSpec(method="exact", merge_redundant=True)
+    settings = GameSettings(metric="neg_loss", aggregation=AggregationRule(once=True))
+    rv = value_updates(game.model, start, updates, validation, 1, spec, FederatedValuation(), settings)
+    step = [{n: once[n] - start[n] for n in start}]  # the round's model as one member's update
+    made = RoundGame(game.model, start, step, [1], validation.x, validation.y, metric="neg_loss")
+    assert rv.utility_after == pytest.approx(float(made.utilities(np.array([[True]]))[0]), abs=1e-6)
+    assert rv.merged == [["p2", "p5"]] and rv.fedsv[2] == rv.fedsv[5]
 
 
 def test_a_copy_is_redundant_and_members_with_data_of_their_own_are_not() -> None:

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedsv.fl.aggregation import RULES, AggregationRule, pairwise_distances
+from fedsv.fl.aggregation import RULES, AggregationRule
+from fedsv.fl.distances import pairwise_distances
 from fedsv.fl.state import federated_state
 from fedsv.valuation.games.game import BoolMatrix
 
