@@ -389,7 +389,7 @@ def test_a_killed_tls_coordinator_resumes_and_participants_reconnect(tmp_path: P
         coordinator.wait(timeout=30)
         coordinator = spawn(_tls(coordinator_argv(state, settings, port), tls_dir), log)
         assert coordinator.wait(timeout=240) == 0, tail(log)
-        assert workers.wait(timeout=60) == 0, tail(tmp_path / "p.log")
+        assert workers.wait(timeout=600) == 0, tail(tmp_path / "p.log")
     finally:
         stop(coordinator, workers)
     assert rounds_in(state) == [1, 2, 3]

@@ -65,7 +65,7 @@ def test_a_task_outside_the_package_runs_through_real_processes(tmp_path: Path) 
     try:
         assert coordinator.wait(timeout=300) == 0, tail(state / "coordinator.log")
         for worker, ranks in zip(workers, ("0-1", "2-3"), strict=True):
-            assert worker.wait(timeout=60) == 0, tail(tmp_path / f"{ranks}.log")
+            assert worker.wait(timeout=600) == 0, tail(tmp_path / f"{ranks}.log")
     finally:
         stop(coordinator, *workers)
     assert check_ledger(state) == [1, 2, 3]
