@@ -151,18 +151,29 @@ def simulate_shrunk(
     shrunk_center: FloatArray,
     validation: FloatArray | None,
     groups: Sequence[Sequence[int]] | None,
+    regroup: Regroup | None = None,
 ) -> FloatArray:
-    """The shrunk value's totals over the same simulated reruns (replicates, N), refitted in every rerun
-    with the run's groups, from members that spread as its fit estimates (`shrunk_center`), with a draw
-    of the validation set's noise, persistent over rounds as the folds show it, in its values (the
-    spread it is fitted to holds that noise in a real run too)."""
+    """The shrunk value's totals over the same simulated reruns (replicates, N), refitted in every rerun,
+    from members that spread as its fit estimates (`shrunk_center`), with a draw of the validation
+    set's noise, persistent over rounds as the folds show it, in its values (the spread it is fitted to
+    holds that noise in a real run too). With `regroup`, each rerun takes its own groups from its own
+    completed totals, as a real rerun's verdict would, and pays a member alone in its group its
+    completed total (as Uncertainty.shrunk does); without, the run's `groups` in every rerun."""
     out = []
     for draw in draws:
         weights = np.asarray(selected, dtype=np.float64) / draw.values.shape[1]
         values = draw.values - noise_center + shrunk_center
         if validation is not None:
             values = values + np.tensordot(draw.folds, validation, axes=1)
-        out.append(Shrinkage.fit(values, draw.mask, draw.accepted, weights, groups).apply(values))
+        if regroup is None:
+            out.append(Shrinkage.fit(values, draw.mask, draw.accepted, weights, groups).apply(values))
+            continue
+        completed, own = regroup(values, draw.mask, draw.accepted, weights)
+        fitted = Shrinkage.fit(values, draw.mask, draw.accepted, weights, own)
+        alone = np.zeros(values.shape[1], dtype=np.bool_)
+        for group in own or []:
+            alone[group] = len(group) == 1 and bool(fitted.known[group[0]])
+        out.append(np.where(alone, completed, fitted.apply(values)))
     return np.array(out)
 
 
@@ -187,9 +198,13 @@ class RerunPart:
     shrunk_fixed_start: FloatArray | None = None
 
 
-Grouping = Callable[[FloatArray], list[list[int]] | None]
-"""The shrunk value's groups (column indices; None: one group) from the completed value's
-training-and-selection part of its error against the members' mean."""
+Grouping = Callable[[FloatArray, FloatArray], list[list[int]] | None]
+"""The shrunk value's groups (column indices; None: one group) from completed totals and the completed
+value's training-and-selection part of its error against the members' mean (the verdict's groups)."""
+
+Regroup = Callable[[FloatArray, BoolArray, BoolArray, FloatArray], tuple[FloatArray, list[list[int]] | None]]
+"""A simulated rerun's completed totals and groups from its values, selections, aggregated updates and
+round weights."""
 
 
 def rerun_part(
@@ -202,8 +217,8 @@ def rerun_part(
     """Each total's training-and-selection part and initial model's part, from simulated reruns: the
     same reruns (the same draws) with and without the initial models' spread, their difference the
     initial model's effect. LOO's initial part is 0: a member's LOO does not split the pot. The shrunk
-    value is fitted with the groups `grouping` finds from the completed value's part, and refitted
-    with them in every simulated rerun."""
+    value is fitted with the groups `grouping` finds from the completed totals and their part, and
+    refitted in every simulated rerun with the groups that rerun's own completed totals give."""
     ids = len(matrices.ids)
     unknown = np.full(ids, math.nan)
     accepted, rate = matrices.accepted, acceptance(matrices.mask, matrices.accepted)
@@ -234,11 +249,25 @@ def rerun_part(
         relative |= {key: spread(centered(fixed[name], members)) for key, name in names.items()}
         if not math.isnan(initial):
             initial_out |= {key: spread(moved[name] - fixed[name]) for key, name in names.items()}
-        groups = grouping(relative["fedsv_completed"]) if grouping is not None else None
+        groups, regroup = None, None
+        if grouping is not None:
+            part = relative["fedsv_completed"]
+            completed = completed_totals(
+                matrices.fedsv, matrices.mask, accepted, matrices.weights, model, seed
+            )
+            groups = grouping(completed, part)
+
+            def regroup(
+                values: FloatArray, mask: BoolArray, aggregated: BoolArray, weights: FloatArray
+            ) -> tuple[FloatArray, list[list[int]] | None]:
+                totals = completed_totals(values, mask, aggregated, weights, model, seed)
+                return totals, grouping(totals, part)
+
         shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights, groups)
         fitted = shrinkage.as_fitted(fedsv.center)
         shrunk_fixed, shrunk_moved = (
-            simulate_shrunk(d, matrices.selected, fedsv.center, fitted, validation, groups) for d in draws
+            simulate_shrunk(d, matrices.selected, fedsv.center, fitted, validation, groups, regroup)
+            for d in draws
         )
         shrunk = None if math.isnan(initial) else shrunk_moved
         result = RerunPart(out, initial_out, relative, shrinkage, groups, shrunk, shrunk_fixed)

@@ -18,7 +18,8 @@ message; the initial models' scores are forward passes when the run starts), com
   members.
 
 The shrunk value (shrinkage.py) is linear in the round values once its fit is fixed, so its estimator's
-and validation parts follow through that map; its rerun part refits it in every simulated rerun. The
+and validation parts follow through that map; its rerun part refits it in every simulated rerun, with
+the groups that rerun's own verdict gives (a real rerun's verdict may group a member otherwise). The
 assumptions, and where they fail: docs/valuation.md;
 benchmarks/bench_calibration.py measures how the stated errors compare with the spread of real reruns.
 """
@@ -26,6 +27,7 @@ benchmarks/bench_calibration.py measures how the stated errors compare with the 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,20 +180,16 @@ def _shrunk_parts(
     )
 
 
-def verdict_groups(
-    matrices: RoundMatrices, model: Model | None, between: FloatArray, seed: int = 0
-) -> list[list[int]] | None:
-    """The verdict's groups (verdict.py) of the completed totals by their errors against the members'
-    mean (`between`), as column indices: the members the shrunk value pulls each other towards. None
-    (one group) where the verdict cannot test (fewer than two members with a known error)."""
-    totals = completed_totals(matrices.fedsv, matrices.mask, matrices.accepted, matrices.weights, model, seed)
+def verdict_groups(ids: Sequence[str], totals: FloatArray, between: FloatArray) -> list[list[int]] | None:
+    """The verdict's groups (verdict.py) of completed totals by their errors against the members' mean
+    (`between`), as column indices: the members the shrunk value pulls each other towards. None (one
+    group) where the verdict cannot test (fewer than two members with a known error)."""
     found = verdict(
-        dict(zip(matrices.ids, map(float, totals), strict=True)),
-        dict(zip(matrices.ids, map(float, between), strict=True)),
+        dict(zip(ids, map(float, totals), strict=True)), dict(zip(ids, map(float, between), strict=True))
     )
     if math.isnan(found.p_value):
         return None
-    column = {pid: k for k, pid in enumerate(matrices.ids)}
+    column = {pid: k for k, pid in enumerate(ids)}
     return [[column[pid] for pid in group] for group in found.groups]
 
 
@@ -204,10 +202,10 @@ def uncertainty(
     validation, validation_relative = _validation(matrices, model, seed)
     estimator = _estimator(matrices)
 
-    def grouping(rerun_relative: FloatArray) -> list[list[int]] | None:
+    def grouping(totals: FloatArray, rerun_relative: FloatArray) -> list[list[int]] | None:
         parts = (estimator, validation_relative)
         squares = sum(np.square(part["fedsv_completed"]) for part in parts) + np.square(rerun_relative)
-        return verdict_groups(matrices, model, np.where(never, math.inf, np.sqrt(squares)), seed)
+        return verdict_groups(matrices.ids, totals, np.where(never, math.inf, np.sqrt(squares)))
 
     reruns = rerun_part(matrices, model, replicates, seed, grouping)
     relative = {"estimator": dict(estimator), "validation": validation_relative, "rerun": reruns.relative}
