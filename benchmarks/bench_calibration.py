@@ -56,6 +56,7 @@ def rerun(federation: Federation, work: Path, seed: int, rounds: int) -> Federat
         world, initial, per_round = pickle.load(f)
     valuation = FederatedValuation(world, initial)
     for values in per_round:
+        vars(values).setdefault("merged", [])  # kept before RoundValues had it: nothing was merged
         valuation.add_round(values)
     return valuation
 
