@@ -225,11 +225,7 @@ def test_update_effects_are_kept_with_their_round_and_checked(ledger: Ledger) ->
 
 
 def test_a_schema_7_ledger_reads_no_effects_and_migrates(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.sqlite"
-    with Ledger(path) as ledger:
-        ledger.ensure_run("run-1", CONFIG)
-        commit(ledger, 1)
-    _downgrade(path, 7)
+    path = _older_ledger(tmp_path, 7)
     with Ledger(path, read_only=True) as reader:
         assert reader.effects() == [] and reader.integrity_ok()
     with Ledger(path) as ledger:
@@ -256,11 +252,7 @@ def test_a_ledger_from_before_a_rounds_column_reads_it_as_not_recorded_and_migra
     tmp_path: Path, version: int
 ) -> None:
     field, recorded = NOT_RECORDED_BEFORE[version]
-    path = tmp_path / "ledger.sqlite"
-    with Ledger(path) as ledger:
-        ledger.ensure_run("run-1", CONFIG)
-        commit(ledger, 1)
-    _downgrade(path, version)
+    path = _older_ledger(tmp_path, version)
     with Ledger(path, read_only=True) as reader:
         older = getattr(reader.rounds()[0], field)
         assert (older == "") if isinstance(recorded, str) else math.isnan(older)
@@ -273,11 +265,7 @@ def test_a_ledger_from_before_a_rounds_column_reads_it_as_not_recorded_and_migra
 
 
 def test_a_schema_10_ledger_reads_every_value_as_valued_alone_and_migrates(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.sqlite"
-    with Ledger(path) as ledger:
-        ledger.ensure_run("run-1", CONFIG)
-        commit(ledger, 1)
-    _downgrade(path, 10)
+    path = _older_ledger(tmp_path, 10)
     with Ledger(path, read_only=True) as reader:
         assert {row.player for row in reader.values()} == {""} and reader.integrity_ok()
     with Ledger(path) as ledger:
@@ -288,6 +276,16 @@ def test_a_schema_10_ledger_reads_every_value_as_valued_alone_and_migrates(tmp_p
         ledger.commit_round(record, merged, traffic, Checkpoint(2, b"p", "{}"))
         players = [row.player for row in ledger.values() if row.round == 2]
         assert players == [first, first] + [""] * (len(values) - 2)
+
+
+def _older_ledger(tmp_path: Path, version: int) -> Path:
+    """A ledger of one round, as a coordinator of schema `version` left it."""
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        ledger.ensure_run("run-1", CONFIG)
+        commit(ledger, 1)
+    _downgrade(path, version)
+    return path
 
 
 def _downgrade(path: Path, version: int) -> None:
