@@ -65,12 +65,17 @@ def simulated_run(seed: int, initial: float = 0.0, quality: np.ndarray | None = 
     return fv
 
 
+def _table(per_run: list[dict[str, dict[str, float]]], key: str) -> np.ndarray:
+    """(runs, members): each run's `key` of every member (each run's totals or errors taken once)."""
+    return np.array([[table[key][f"p{i}"] for i in range(MEMBERS)] for table in per_run])
+
+
 def _ratios(runs: list[FederatedValuation], keys: tuple[str, ...]) -> dict[str, float]:
     """Per value, the median over members of the spread of totals over runs / the mean stated error."""
     out = {}
     for key in keys:
-        totals = np.array([[fv.totals()[key][f"p{i}"] for i in range(MEMBERS)] for fv in runs])
-        stated = np.array([[fv.errors()[key][f"p{i}"] for i in range(MEMBERS)] for fv in runs[:8]])
+        totals = _table([fv.totals() for fv in runs], key)
+        stated = _table([fv.errors() for fv in runs[:8]], key)
         out[key] = float(np.median(totals.std(axis=0, ddof=1) / stated.mean(axis=0)))
     return out
 
@@ -101,11 +106,9 @@ def test_another_initial_model_moves_the_pot_and_the_stated_error_follows() -> N
     assert all(0.7 < ratio < 1.4 for ratio in ratios.values()), ratios
     # it moves every member alike: the spread of a difference between two members is what their
     # errors against each other say, not their whole errors
-    totals = np.array([[fv.totals()["fedsv_completed"][f"p{i}"] for i in range(MEMBERS)] for fv in runs])
-    between = np.array(
-        [[fv.between_errors()["fedsv_completed"][f"p{i}"] for i in range(MEMBERS)] for fv in runs[:8]]
-    )
-    whole = np.array([[fv.errors()["fedsv_completed"][f"p{i}"] for i in range(MEMBERS)] for fv in runs[:8]])
+    totals = _table([fv.totals() for fv in runs], "fedsv_completed")
+    between = _table([fv.between_errors() for fv in runs[:8]], "fedsv_completed")
+    whole = _table([fv.errors() for fv in runs[:8]], "fedsv_completed")
     assert np.all(between < whole)
     pairs = [(i, i + 1) for i in range(0, MEMBERS, 2)]
     gaps = [np.std(totals[:, i] - totals[:, j], ddof=1) for i, j in pairs]
