@@ -102,6 +102,14 @@ class Shrinkage:
     def noise(self) -> FloatArray:
         return self.two_way.noise
 
+    def alone(self, groups: Sequence[Sequence[int]] | None) -> BoolArray:
+        """The members in a group of their own (of `groups`; None: one group) with an aggregated update:
+        nobody to be pulled towards, so their shrunk value is their completed one."""
+        out = np.zeros(self.known.shape[0], dtype=np.bool_)
+        for group in groups or []:
+            out[group] = len(group) == 1 and bool(self.known[group[0]])
+        return out
+
     @classmethod
     def fit(
         cls,

@@ -170,10 +170,7 @@ def simulate_shrunk(
             continue
         completed, own = regroup(values, draw.mask, draw.accepted, weights)
         fitted = Shrinkage.fit(values, draw.mask, draw.accepted, weights, own)
-        alone = np.zeros(values.shape[1], dtype=np.bool_)
-        for group in own or []:
-            alone[group] = len(group) == 1 and bool(fitted.known[group[0]])
-        out.append(np.where(alone, completed, fitted.apply(values)))
+        out.append(np.where(fitted.alone(own), completed, fitted.apply(values)))
     return np.array(out)
 
 

@@ -218,9 +218,7 @@ def uncertainty(
     for by_key in (*parts.values(), *relative.values()):
         by_key["fedsv_completed"] = np.where(never, math.inf, by_key["fedsv_completed"])
     shrinkage = reruns.shrinkage
-    alone = np.zeros(len(matrices.ids), dtype=np.bool_)
-    for group in reruns.groups or []:
-        alone[group] = len(group) == 1 and bool(shrinkage.known[group[0]])
+    alone = shrinkage.alone(reruns.groups)
     shrunk, shrunk_relative = _shrunk_parts(matrices, shrinkage, reruns, seed)
     for name, value in shrunk.items():
         parts[name]["fedsv_shrunk"] = np.where(alone, parts[name]["fedsv_completed"], value)
