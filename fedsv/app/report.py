@@ -243,6 +243,15 @@ def _verdict(values: dict[str, Any], errors: dict[str, Any], owners: list[list[s
     }
 
 
+def owner_lines(report: dict[str, Any]) -> list[str]:
+    """One line per owner of several participants (report.json's `owners`), for the table and the page."""
+    return [
+        f"{' and '.join(owner)}: valued as one owner (their updates were far more alike than independent "
+        "data give); tested as one member, their value split equally"
+        for owner in report.get("owners", [])
+    ]
+
+
 def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per participant of the run (the world and every one ever selected), best recommended value
     first; a total not known yet is None.

@@ -18,7 +18,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from fedsv.app.payout import NEGATIVE, RULES, VALUES
-from fedsv.app.report import RECOMMENDED, ranked_rows
+from fedsv.app.report import RECOMMENDED, owner_lines, ranked_rows
 from fedsv.valuation.accounting.verdict import Z95
 
 SECTIONS = ("run", "verdict", "values", "cumulative", "labels", "payout", "guard", "members")
@@ -203,11 +203,7 @@ def _verdict_section(report: dict[str, Any]) -> str:
     )
     missing = report.get("pending_rounds", [])
     waiting = f"<p class='pending'>rounds awaiting their values: {_e(missing)}</p>" if missing else ""
-    owners = "".join(
-        f"<p class='owner'>{_e(' and '.join(owner))}: valued as one owner (their updates were far more "
-        "alike than independent data give); tested as one member, their value split equally</p>"
-        for owner in report.get("owners", [])
-    )
+    owners = "".join(f"<p class='owner'>{_e(line)}</p>" for line in owner_lines(report))
     line = _e(verdict.get("line", "no verdict yet"))
     return f"<p class='verdict'>{line}</p>{owners}{waiting}<ul>{listed}</ul>"
 

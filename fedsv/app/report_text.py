@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedsv.app.report import ranked_rows
+from fedsv.app.report import owner_lines, ranked_rows
 from fedsv.app.run_dirs import RunDir
 
 
@@ -81,11 +81,7 @@ def format_table(report: dict[str, Any]) -> str:
         + f" the physical minimum of {_bytes(summary['physical_minimum_bytes_per_round'])}",
         *_awaiting(report),
         *([] if verdict is None else [f"{verdict} ({report['verdict']['value']}, errors against a rerun)"]),
-        *(
-            f"{' and '.join(owner)}: valued as one owner (updates far more alike than independent data "
-            "give), its value split equally"
-            for owner in report.get("owners", [])
-        ),
+        *owner_lines(report),
         "",
         f"{'rank':>5}  {'participant':<{width}} {'group':>5} {'rounds':>6} {'refused':>7} {'samples':>8} "
         f"{'shrunk ± stderr':>20} {'completed ± stderr':>20} {'fedsv ± stderr':>20} "
