@@ -1,11 +1,11 @@
-"""A member's training noise persisting over rounds: AR(1) draws, and its persistence read off residuals."""
+"""A member's training noise persisting over rounds: AR(1) draws, and what a model's levels absorb of it."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from fedsv.valuation.accounting.completion import Model
-from fedsv.valuation.errors.noise_persistence import TrainingNoise, estimate, persistent, residuals
+from fedsv.valuation.errors.noise_persistence import TrainingNoise, absorbed, persistent, residuals
 
 
 def test_persistent_noise_has_unit_variance_and_the_asked_lag_correlation() -> None:
@@ -28,27 +28,31 @@ def _run(rho: float, seed: int) -> tuple[np.ndarray, np.ndarray, TrainingNoise]:
     return values, mask, noise
 
 
-def test_the_persistence_is_recovered_through_what_a_member_level_absorbs() -> None:
-    """Residuals around a model with each member's own level show less correlation than the noise has;
-    matching by simulation recovers it, and sizes the noise up for what the levels absorbed."""
+def test_noise_sized_from_residuals_is_raised_by_what_member_levels_absorb() -> None:
+    """Residuals around a model with each member's own level are smaller than noise that persists over
+    rounds: sized from them as if the noise were independent, then raised by the absorbed share for
+    its persistence, the noise comes out at its true size (0.01), and the more persistent, the more
+    it is raised."""
     model = Model("rounds and members", 0, 0.0)
     raised = []
-    for rho in (0.0, 0.5, 0.8):
-        found, sizes = [], []
+    for rho in (0.0, 0.4, 0.8):
+        sizes, found = [], []
         for seed in range(6):
             values, mask, noise = _run(rho, seed)
-            residual = residuals(values, mask, model, 0)
-            shrunk_sd = TrainingNoise(noise.center, noise.sd * 0.8)  # as an independent-noise fit sizes it
-            fitted = estimate(residual, None, mask, shrunk_sd, model, seed)
-            found.append(fitted.persistence)
-            sizes.append(float(fitted.sd.mean() / shrunk_sd.sd.mean()))
-        assert abs(np.mean(found) - rho) < 0.15, (rho, found)
+            left = residuals(values, mask, model, 0)
+            kept = 1.0 - (mask.shape[0] + mask.shape[1]) / mask.sum()  # a level per round and member
+            independent = float(np.sqrt(np.square(left[mask]).mean() / kept))
+            sized = TrainingNoise(noise.center, np.full(mask.shape, independent))
+            fitted = absorbed(sized, mask, model, seed, rho)
+            assert fitted.persistence == rho
+            found.append(float(fitted.sd.mean()))
+            sizes.append(float(fitted.sd.mean()) / independent)
+        assert abs(np.mean(found) / 0.01 - 1.0) < 0.1, (rho, found)
         raised.append(float(np.mean(sizes)))
-    # persistent noise is partly absorbed by the members' levels: the more persistent, the more raised
     assert abs(raised[0] - 1.0) < 0.03 and 1.02 < raised[1] < raised[2], raised
 
 
 def test_no_noise_means_nothing_to_estimate() -> None:
-    values, mask, noise = _run(0.5, 0)
+    _, mask, noise = _run(0.5, 0)
     silent = TrainingNoise(noise.center, np.zeros_like(noise.sd))
-    assert estimate(values - noise.center, None, mask, silent, Model("round means"), 0) is silent
+    assert absorbed(silent, mask, Model("round means"), 0) is silent

@@ -30,7 +30,7 @@ from fedsv.valuation.accounting.round_matrices import (
     norms,
 )
 from fedsv.valuation.accounting.shrinkage import Shrinkage
-from fedsv.valuation.errors.noise_persistence import TrainingNoise, estimate, residuals
+from fedsv.valuation.errors.noise_persistence import TrainingNoise, absorbed, residuals
 
 REPLICATES = 200
 """Simulated reruns per run; the relative error of a standard error from R reruns is about 1/sqrt(2R)."""
@@ -87,7 +87,7 @@ def training_noise(
     mean_member = float(np.average(member, weights=np.maximum(mask.sum(axis=0), 1e-12)))
     member = member / max(mean_member, 1e-300)  # the rounds' scale is the members' average
     noise = TrainingNoise(center, np.sqrt(np.outer(per_round, member)))
-    return estimate(residual, seen, mask, noise, model, seed)
+    return absorbed(noise, mask, model, seed)
 
 
 @dataclass(frozen=True)
