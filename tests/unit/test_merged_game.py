@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -70,15 +71,17 @@ def test_groups_must_partition_the_players() -> None:
             check_groups(bad, 3)
 
 
-def _mnist_round(copies: dict[int, int]) -> tuple[RoundGame, list[dict[str, torch.Tensor]]]:
+@dataclass(frozen=True)
+class MnistRound:
+    """A really trained round: its game, its members' deltas and the validation set the game scores on."""
+
+    game: RoundGame
+    deltas: list[dict[str, torch.Tensor]]
+    validation: EvalSet
+
+
+def _mnist_round(copies: dict[int, int]) -> MnistRound:
     """Six members of 40 embedded MNIST images each, really trained; copies: member -> whose images."""
-    game, deltas, _ = _mnist_round_with_validation(copies)
-    return game, deltas
-
-
-def _mnist_round_with_validation(
-    copies: dict[int, int],
-) -> tuple[RoundGame, list[dict[str, torch.Tensor]], EvalSet]:
     splits = load_dataset("embedded", seed=0, validation_size=160, test_size=100)
     x, y = splits.train.x, splits.train.y
     model = build_model("mlp", (1, 28, 28), seed=1)
@@ -90,19 +93,20 @@ def _mnist_round_with_validation(
         deltas.append(local_update(model, start, xs, ys, TrainConfig(batch_size=8, lr=0.1, epochs=2), seed=i))
     val_x, val_y = splits.validation.x, splits.validation.y
     game = RoundGame(model, start, deltas, [40] * 6, val_x, val_y, metric="neg_loss")
-    return game, deltas, EvalSet(val_x, val_y)
+    return MnistRound(game, deltas, EvalSet(val_x, val_y))
 
 
 def test_redundant_members_weigh_as_one_member_in_the_round_and_in_its_game() -> None:
     """AggregationRule(once=True): the copy and its original share one member's weight in the round's
     aggregate, and every coalition of the round's game is aggregated the same way (its U(all) is the
     score of the model the round made)."""
-    game, deltas, validation = _mnist_round_with_validation({5: 2})
-    assert counted_once(deltas, [40.0] * 6) == [40.0, 40.0, 20.0, 40.0, 40.0, 20.0]
+    trained = _mnist_round({5: 2})
+    game, deltas, validation = trained.game, trained.deltas, trained.validation
+    weights = [40.0, 40.0, 20.0, 40.0, 40.0, 20.0]
+    assert counted_once(deltas, [40.0] * 6) == weights
     updates = [ClientUpdate(f"p{i}", delta, 40) for i, delta in enumerate(deltas)]
     start = game.inputs.global_params
     once = aggregate(start, updates, 1, AggregationRule(once=True))
-    weights = [40.0, 40.0, 20.0, 40.0, 40.0, 20.0]
     expected = {
         n: start[n] + sum(w * d[n] for w, d in zip(weights, deltas, strict=True)) / 200 for n in start
     }
@@ -119,13 +123,14 @@ def test_redundant_members_weigh_as_one_member_in_the_round_and_in_its_game() ->
 
 
 def test_a_copy_is_redundant_and_members_with_data_of_their_own_are_not() -> None:
-    game, deltas = _mnist_round({5: 2})
+    trained = _mnist_round({5: 2})
+    game, deltas = trained.game, trained.deltas
     relative = relative_distances(delta_matrices(deltas))
     pairs = np.triu_indices(6, 1)
     assert relative[2, 5] < 0.15 * np.median(relative[pairs])  # the copy, shuffled otherwise
     groups = redundant_groups(delta_matrices(deltas))
     assert groups == [[0], [1], [2, 5], [3], [4]]
-    assert redundant_groups(delta_matrices(_mnist_round({})[1])) == [[i] for i in range(6)]
+    assert redundant_groups(delta_matrices(_mnist_round({}).deltas)) == [[i] for i in range(6)]
     assert redundant_groups(delta_matrices(deltas[:2])) == [[0], [1]]  # two members: nothing to compare with
     inputs = game.inputs  # the game's own stacked deltas give the same groups
     assert redundant_groups(list(inputs.delta_matrices.values())) == groups
