@@ -16,17 +16,24 @@ federation and value it prints:
   the selection (what the paper's value pays it on average). Against each value's own mean, a value
   that paid everyone alike would score 0 whatever the members' data.
 
+Sixteen reruns measure these figures with noise of their own (an SD from 16 reruns is off by about a
+fifth): each sd/stated and ratio comes with a 90% interval from resampling the reruns (BOOTSTRAP times,
+the expected shares taken again from each resample), so that a miss of a target can be told from the
+benchmark's own noise.
+
     python benchmarks/bench_calibration.py --seeds 16 --rounds 10 --out runs/calibration
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import pickle
 import platform
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +47,10 @@ from fedsv.valuation import FederatedValuation
 
 KEYS = ("fedsv_shrunk", "fedsv_completed", "fedsv", "fedsv_normalized", "loo")
 Z95 = 1.959964
+BOOTSTRAP = 1000
+"""Resamples of the reruns behind each figure's interval."""
+LEVEL = 0.90
+"""The intervals' coverage."""
 
 
 def rerun(federation: Federation, work: Path, seed: int, rounds: int) -> FederatedValuation:
@@ -67,51 +78,98 @@ def shares(totals: np.ndarray) -> np.ndarray:
     return paid / np.maximum(paid.sum(axis=1, keepdims=True), 1e-300)
 
 
-def measures(federation: Federation, runs: list[FederatedValuation]) -> dict[str, dict[str, float]]:
-    """Per value: sd/stated, twins' gap and overlap, and the share RMSE against the expected shares."""
+@dataclass(frozen=True)
+class Figures:
+    """One value's figures over a federation's reruns (each an array over the reruns' resamples, the
+    first entry the reruns as run): sd/stated, the share RMSE and its ratio to `fedsv_completed`'s, and
+    with twins their gap and how often their intervals overlap (None without twins)."""
+
+    sd_stated: np.ndarray
+    rmse: np.ndarray
+    ratio: np.ndarray
+    twin_gap: np.ndarray | None
+    overlap: np.ndarray | None
+
+
+def _sd_stated(totals: np.ndarray, errors: np.ndarray, resampled: bool) -> float:
+    """sd/stated, median member; a resample's SD is raised by sqrt(n / (n - 1)), what drawing the n
+    reruns with replacement takes off it on average."""
+    n = totals.shape[0]
+    sd = totals.std(axis=0, ddof=1) * (math.sqrt(n / (n - 1)) if resampled else 1.0)
+    stated = np.nanmean(errors, axis=0)
+    spread = np.isfinite(stated) & (stated > 0)
+    return float(np.median(sd[spread] / stated[spread]))
+
+
+def _rmse(totals: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(shares(totals) - expected))))
+
+
+def measures(federation: Federation, runs: list[FederatedValuation]) -> dict[str, Figures]:
+    """Per value: sd/stated, twins' gap and overlap, and the share RMSE against the expected shares,
+    on the reruns and on BOOTSTRAP resamples of them."""
     ids = runs[0].participants()
     col = {p: k for k, p in enumerate(ids)}
-    out: dict[str, dict[str, float]] = {}
-    plain = np.array([[run.totals()["fedsv_completed"][p] for p in ids] for run in runs])
-    expected = shares(plain).mean(axis=0)
-    for key in KEYS:
-        totals = np.array([[run.totals()[key][p] for p in ids] for run in runs])
-        errors = np.array([[run.errors()[key][p] for p in ids] for run in runs], dtype=float)
-        sd, stated = totals.std(axis=0, ddof=1), np.nanmean(errors, axis=0)
-        spread = np.isfinite(stated) & (stated > 0)
-        paid = shares(totals)
-        row = {
-            "sd_stated": float(np.median(sd[spread] / stated[spread])),
-            "rmse": float(np.sqrt(np.mean(np.square(paid - expected)))),
-        }
-        if federation.twins:
-            pairs = [(col[a], col[b]) for a, b in federation.twins]
-            gaps = [abs(totals[s, a] - totals[s, b]) for s in range(len(runs)) for a, b in pairs]
-            overlap = [
-                abs(totals[s, a] - totals[s, b]) <= Z95 * (errors[s, a] + errors[s, b])
-                for s in range(len(runs))
-                for a, b in pairs
-            ]
-            row["twin_gap"] = float(np.mean(gaps) / np.mean(np.abs(totals)))
-            row["overlap"] = float(np.mean(overlap))
-        out[key] = row
-    return out
+    table = {
+        key: (
+            np.array([[run.totals()[key][p] for p in ids] for run in runs]),
+            np.array([[run.errors()[key][p] for p in ids] for run in runs], dtype=float),
+        )
+        for key in KEYS
+    }
+    rng = np.random.default_rng(0)
+    samples = [np.arange(len(runs))] + [rng.integers(0, len(runs), len(runs)) for _ in range(BOOTSTRAP)]
+    pairs = [(col[a], col[b]) for a, b in federation.twins]
+    found: dict[str, dict[str, list[float]]] = {key: {} for key in KEYS}
+    for k, rows in enumerate(samples):
+        expected = shares(table["fedsv_completed"][0][rows]).mean(axis=0)
+        base = _rmse(table["fedsv_completed"][0][rows], expected)
+        for key, (all_totals, all_errors) in table.items():
+            totals, errors = all_totals[rows], all_errors[rows]
+            row = found[key]
+            row.setdefault("sd_stated", []).append(_sd_stated(totals, errors, k > 0))
+            rmse = _rmse(totals, expected)
+            row.setdefault("rmse", []).append(rmse)
+            row.setdefault("ratio", []).append(rmse / base)
+            if pairs:
+                gaps = np.abs(totals[:, [a for a, _ in pairs]] - totals[:, [b for _, b in pairs]])
+                bound = Z95 * (errors[:, [a for a, _ in pairs]] + errors[:, [b for _, b in pairs]])
+                row.setdefault("twin_gap", []).append(float(gaps.mean() / np.abs(totals).mean()))
+                row.setdefault("overlap", []).append(float((gaps <= bound).mean()))
+    return {
+        key: Figures(
+            np.array(row["sd_stated"]),
+            np.array(row["rmse"]),
+            np.array(row["ratio"]),
+            np.array(row["twin_gap"]) if pairs else None,
+            np.array(row["overlap"]) if pairs else None,
+        )
+        for key, row in found.items()
+    }
 
 
-def table(federation: Federation, found: dict[str, dict[str, float]], reruns: int) -> str:
-    base = found["fedsv_completed"]["rmse"]
+def _with_interval(draws: np.ndarray) -> str:
+    """The figure on the reruns as run, with its LEVEL interval over the resamples."""
+    low, high = np.nanquantile(draws[1:], [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return f"{draws[0]:.2f} ({low:.2f}-{high:.2f})"
+
+
+def table(federation: Federation, found: dict[str, Figures], reruns: int) -> str:
     lines = [
-        f"**{federation.name}** ({reruns} reruns; corrupted: {', '.join(federation.corrupted) or 'none'})",
+        f"**{federation.name}** ({reruns} reruns; corrupted: {', '.join(federation.corrupted) or 'none'};"
+        f" {LEVEL:.0%} intervals over {BOOTSTRAP} resamples of the reruns)",
         "",
         "| value | sd / stated | twin gap / mean abs total | twins' 95% intervals overlap | share RMSE "
         "| vs completed |",
         "|---|---|---|---|---|---|",
     ]
     for key, row in found.items():
-        twin = ("-", "-") if "twin_gap" not in row else (f"{row['twin_gap']:.2f}", f"{row['overlap']:.0%}")
+        twin = ("-", "-")
+        if row.twin_gap is not None and row.overlap is not None:
+            twin = (_with_interval(row.twin_gap), f"{row.overlap[0]:.0%}")
         lines.append(
-            f"| `{key}` | {row['sd_stated']:.2f} | {twin[0]} | {twin[1]} | {row['rmse']:.4f} | "
-            f"{row['rmse'] / base:.2f} |"
+            f"| `{key}` | {_with_interval(row.sd_stated)} | {twin[0]} | {twin[1]} | {row.rmse[0]:.4f} | "
+            f"{_with_interval(row.ratio)} |"
         )
     return "\n".join(lines)
 
