@@ -110,7 +110,7 @@ def measures(federation: Federation, runs: list[FederatedValuation]) -> dict[str
     on the reruns and on BOOTSTRAP resamples of them."""
     ids = runs[0].participants()
     col = {p: k for k, p in enumerate(ids)}
-    table = {
+    found_values = {
         key: (
             np.array([[run.totals()[key][p] for p in ids] for run in runs]),
             np.array([[run.errors()[key][p] for p in ids] for run in runs], dtype=float),
@@ -122,9 +122,9 @@ def measures(federation: Federation, runs: list[FederatedValuation]) -> dict[str
     pairs = [(col[a], col[b]) for a, b in federation.twins]
     found: dict[str, dict[str, list[float]]] = {key: {} for key in KEYS}
     for k, rows in enumerate(samples):
-        expected = shares(table["fedsv_completed"][0][rows]).mean(axis=0)
-        base = _rmse(table["fedsv_completed"][0][rows], expected)
-        for key, (all_totals, all_errors) in table.items():
+        expected = shares(found_values["fedsv_completed"][0][rows]).mean(axis=0)
+        base = _rmse(found_values["fedsv_completed"][0][rows], expected)
+        for key, (all_totals, all_errors) in found_values.items():
             totals, errors = all_totals[rows], all_errors[rows]
             row = found[key]
             row.setdefault("sd_stated", []).append(_sd_stated(totals, errors, k > 0))
