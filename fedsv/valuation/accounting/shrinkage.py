@@ -28,10 +28,10 @@ sum_t p_t r[t, i], the limit of the shrunk effects as tau^2 -> 0: what a detecti
 Why this and not the completed value shrunk: a completed total keeps every observed round value as it
 came, and an early round's noise is many times a late round's; fitted with the levels and weighed by
 precision, the effect finds bad data as FedSV does in the paper-scale MLP studies (less well in the
-CNN studies: docs/results.md), and shrunk by its own noise it moves less between reruns
-(docs/valuation.md). With the fit fixed (`apply`) the value is linear in the round values, so the
-validation set's and the estimator's parts of its error follow through the same map; a rerun's part
-refits everything in each simulated rerun (valuation_noise).
+CNN studies: docs/results.md), and shrunk by its own noise it moves less between reruns on three of
+the four calibration federations (docs/valuation.md). With the fit fixed (`apply`) the value is linear
+in the round values, so the validation set's and the estimator's parts of its error follow through the
+same map; a rerun's part refits everything in each simulated rerun (valuation_noise).
 """
 
 from __future__ import annotations
