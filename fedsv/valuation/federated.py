@@ -99,7 +99,7 @@ class FederatedValuation:
         out["fedsv_completed"], out["fedsv_shrunk"] = {}, {}
         if self._rounds:
             _, completed = self.completed()
-            shrunk = self.uncertainty().shrunk(self.matrices().fedsv, np.asarray(completed.totals))
+            shrunk = self.uncertainty().shrunk(np.asarray(completed.totals))
             owners, ids = self.owners(), self.participants()
             out["fedsv_completed"] = dict(zip(ids, map(float, owners.split(completed.totals)), strict=True))
             out["fedsv_shrunk"] = dict(zip(ids, map(float, owners.split(shrunk)), strict=True))

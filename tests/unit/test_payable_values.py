@@ -4,6 +4,7 @@ a member the verdict separates keeps its own evidence, a free rider's amount is 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from fedsv.valuation import FederatedValuation, RoundValues
 from fedsv.valuation.accounting.by_class import FoldValues
@@ -56,7 +57,8 @@ def test_a_free_rider_the_values_separate_is_paid_nothing_and_the_equals_alike()
         assert ["p011"] in found.groups, (seed, found.groups)
         assert totals["fedsv_shrunk"]["p011"] == totals["fedsv_completed"]["p011"]
         errors = fv.errors()
-        assert errors["fedsv_shrunk"]["p011"] == errors["fedsv_completed"]["p011"]
+        # its error is its shrunk value's over reruns, which may group it otherwise: near its completed one
+        assert errors["fedsv_shrunk"]["p011"] == pytest.approx(errors["fedsv_completed"]["p011"], rel=0.25)
         paid, plain = shares(fv), shares(fv, "fedsv_completed")
         honest = [paid[f"p{i:03d}"] for i in range(11)]
         rider.append(paid["p011"])

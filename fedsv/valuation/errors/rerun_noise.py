@@ -15,7 +15,7 @@ draw give the training-and-selection part; their difference, the initial model's
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +29,6 @@ from fedsv.valuation.accounting.round_matrices import (
     fold_deviations,
     norms,
 )
-from fedsv.valuation.accounting.shrinkage import Shrinkage
 from fedsv.valuation.errors.noise_persistence import TrainingNoise, absorbed, residuals
 
 REPLICATES = 200
@@ -144,36 +143,6 @@ def simulate(
     return {key: np.array(d) for key, d in out.items() if d}
 
 
-def simulate_shrunk(
-    draws: Sequence[Replicate],
-    selected: Sequence[int],
-    noise_center: FloatArray,
-    shrunk_center: FloatArray,
-    validation: FloatArray | None,
-    groups: Sequence[Sequence[int]] | None,
-    regroup: Regroup | None = None,
-) -> FloatArray:
-    """The shrunk value's totals over the same simulated reruns (replicates, N), refitted in every rerun,
-    from members that spread as its fit estimates (`shrunk_center`), with a draw of the validation
-    set's noise, persistent over rounds as the folds show it, in its values (the spread it is fitted to
-    holds that noise in a real run too). With `regroup`, each rerun takes its own groups from its own
-    completed totals, as a real rerun's verdict would, and pays a member alone in its group its
-    completed total (as Uncertainty.shrunk does); without, the run's `groups` in every rerun."""
-    out = []
-    for draw in draws:
-        weights = np.asarray(selected, dtype=np.float64) / draw.values.shape[1]
-        values = draw.values - noise_center + shrunk_center
-        if validation is not None:
-            values = values + np.tensordot(draw.folds, validation, axes=1)
-        if regroup is None:
-            out.append(Shrinkage.fit(values, draw.mask, draw.accepted, weights, groups).apply(values))
-            continue
-        completed, own = regroup(values, draw.mask, draw.accepted, weights)
-        fitted = Shrinkage.fit(values, draw.mask, draw.accepted, weights, own)
-        out.append(np.where(fitted.alone(own), completed, fitted.apply(values)))
-    return np.array(out)
-
-
 def spread(draws: FloatArray) -> FloatArray:
     return np.asarray(np.std(draws, axis=0, ddof=1), dtype=np.float64)
 
@@ -182,40 +151,21 @@ def spread(draws: FloatArray) -> FloatArray:
 class RerunPart:
     """A rerun's parts of each total's error (NaN: cannot be told): training and selection (`rerun`),
     and another initial model (`initial`: it moves every member's total alike, so it does not weigh
-    on how far apart two members are); and the shrunk value's simulated totals with and without the
-    initial model's draw (replicates, N; None where there are none), from which valuation_noise takes
-    its parts."""
+    on how far apart two members are); and the completed totals of the simulated reruns without and
+    with the initial model's draw (replicates, N; None where there are none), from which
+    valuation_noise takes the shrunk value's parts."""
 
     rerun: dict[str, FloatArray]
     initial: dict[str, FloatArray]
     relative: dict[str, FloatArray]  # training and selection, each member against the members' mean
-    shrinkage: Shrinkage  # the shrunk value's fit, with the groups `grouping` gave
-    groups: list[list[int]] | None  # those groups (None: one group)
-    shrunk: FloatArray | None = None
-    shrunk_fixed_start: FloatArray | None = None
+    completed: FloatArray | None = None
+    completed_moved: FloatArray | None = None
 
 
-Grouping = Callable[[FloatArray, FloatArray], list[list[int]] | None]
-"""The shrunk value's groups (column indices; None: one group) from completed totals and the completed
-value's training-and-selection part of its error against the members' mean (the verdict's groups)."""
-
-Regroup = Callable[[FloatArray, BoolArray, BoolArray, FloatArray], tuple[FloatArray, list[list[int]] | None]]
-"""A simulated rerun's completed totals and groups from its values, selections, aggregated updates and
-round weights."""
-
-
-def rerun_part(
-    matrices: RoundMatrices,
-    model: Model | None,
-    count: int,
-    seed: int,
-    grouping: Grouping | None = None,
-) -> RerunPart:
+def rerun_part(matrices: RoundMatrices, model: Model | None, count: int, seed: int) -> RerunPart:
     """Each total's training-and-selection part and initial model's part, from simulated reruns: the
     same reruns (the same draws) with and without the initial models' spread, their difference the
-    initial model's effect. LOO's initial part is 0: a member's LOO does not split the pot. The shrunk
-    value is fitted with the groups `grouping` finds from the completed totals and their part, and
-    refitted in every simulated rerun with the groups that rerun's own completed totals give."""
+    initial model's effect. LOO's initial part is 0: a member's LOO does not split the pot."""
     ids = len(matrices.ids)
     unknown = np.full(ids, math.nan)
     accepted, rate = matrices.accepted, acceptance(matrices.mask, matrices.accepted)
@@ -229,10 +179,7 @@ def rerun_part(
     )
     members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
     relative = dict(out)
-    # no rerun part (no residual left): the completed values' errors are unknown, the verdict cannot
-    # test, and the shrunk value pulls towards everyone
-    shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights)
-    result = RerunPart(out, initial_out, relative, shrinkage, None)
+    result = RerunPart(out, initial_out, relative)  # no residual left: the errors are unknown
     folds = 0 if validation is None else validation.shape[0]
     if fedsv is not None:
         initial = matrices.initial_spread
@@ -246,28 +193,8 @@ def rerun_part(
         relative |= {key: spread(centered(fixed[name], members)) for key, name in names.items()}
         if not math.isnan(initial):
             initial_out |= {key: spread(moved[name] - fixed[name]) for key, name in names.items()}
-        groups, regroup = None, None
-        if grouping is not None:
-            part = relative["fedsv_completed"]
-            completed = completed_totals(
-                matrices.fedsv, matrices.mask, accepted, matrices.weights, model, seed
-            )
-            groups = grouping(completed, part)
-
-            def regroup(
-                values: FloatArray, mask: BoolArray, aggregated: BoolArray, weights: FloatArray
-            ) -> tuple[FloatArray, list[list[int]] | None]:
-                totals = completed_totals(values, mask, aggregated, weights, model, seed)
-                return totals, grouping(totals, part)
-
-        shrinkage = Shrinkage.fit(matrices.fedsv, matrices.mask, accepted, matrices.weights, groups)
-        fitted = shrinkage.as_fitted(fedsv.center)
-        shrunk_fixed, shrunk_moved = (
-            simulate_shrunk(d, matrices.selected, fedsv.center, fitted, validation, groups, regroup)
-            for d in draws
-        )
-        shrunk = None if math.isnan(initial) else shrunk_moved
-        result = RerunPart(out, initial_out, relative, shrinkage, groups, shrunk, shrunk_fixed)
+        shifted = None if math.isnan(initial) else moved["completed"]
+        result = RerunPart(out, initial_out, relative, fixed["completed"], shifted)
     zeros = np.zeros_like(matrices.loo)
     loo_folds = fold_deviations(matrices.loo_folds, matrices.shares)
     loo = training_noise(matrices.loo, accepted, zeros, loo_folds, noise_model, seed)

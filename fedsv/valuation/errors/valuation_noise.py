@@ -34,11 +34,9 @@ import numpy as np
 
 from fedsv.valuation.accounting.completion import Model, completed_totals
 from fedsv.valuation.accounting.round_matrices import (
-    BoolArray,
     FloatArray,
     RoundMatrices,
     centered,
-    fold_deviations,
     norms,
 )
 from fedsv.valuation.accounting.shrinkage import Shrinkage
@@ -61,16 +59,15 @@ class Uncertainty:
     """Per value (TOTAL_KEYS) and part (COMPONENTS): each participant's standard error (NaN: unknown)."""
 
     parts: dict[str, dict[str, FloatArray]]
-    shrinkage: Shrinkage  # the shrunk value's fit (shrinkage.py)
+    shrinkage: Shrinkage  # the shrunk value's fit (shrinkage.py) with the verdict's groups
     relative: dict[str, dict[str, FloatArray]]  # BETWEEN's parts of each total less the members' mean
-    alone: BoolArray  # members the verdict puts in a group of their own: their shrunk value is completed
 
-    def shrunk(self, values: FloatArray, completed: FloatArray) -> FloatArray:
-        """The shrunk totals of round values (T, N): the fit's, and for a member in a group of its own
-        (nobody to be pulled towards) its completed total, `completed` (the expectation of its FedSV
-        over the selection, free of the two-way fit's additive form: a member worth nothing in every
-        round, whose FedSV falls with the rounds' gains, is worth 0, not the late rounds' share of it)."""
-        return np.asarray(np.where(self.alone, completed, self.shrinkage.apply(values)), dtype=np.float64)
+    def shrunk(self, completed: FloatArray) -> FloatArray:
+        """The shrunk totals of the run's completed totals (N,): each pulled towards the members of its
+        verdict group by the share of its distance from them that is noise; a member alone in its
+        group keeps its completed total (the expectation of its FedSV over the selection: about 0 for
+        a member worth nothing)."""
+        return self.shrinkage.apply(completed)
 
     def stderr(self, key: str) -> FloatArray:
         """The parts of `key` combined in quadrature (unknown where any part is)."""
@@ -87,9 +84,9 @@ class Uncertainty:
 
 def _validation(
     matrices: RoundMatrices, model: Model | None, seed: int
-) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
-    """Each total's validation part, from its fold totals (NaN where a round it sums was not split), and
-    the same of each total less the members' mean."""
+) -> tuple[dict[str, FloatArray], dict[str, FloatArray], FloatArray]:
+    """Each total's validation part, from its fold totals (NaN where a round it sums was not split), the
+    same of each total less the members' mean, and the completed value's fold totals (N, F)."""
     mask, weights, shares = matrices.mask, matrices.weights, matrices.shares
     unsplit = np.isnan(matrices.fedsv_folds).any(axis=2) & mask
     unknown = unsplit.any(axis=0)
@@ -113,7 +110,7 @@ def _validation(
     for table in (out, relative):
         for key in table:
             table[key][unknown] = math.nan
-    return out, relative
+    return out, relative, completed
 
 
 def _estimator(matrices: RoundMatrices) -> dict[str, FloatArray]:
@@ -130,47 +127,47 @@ def _estimator(matrices: RoundMatrices) -> dict[str, FloatArray]:
     }
 
 
-def _shrunk_estimator(matrices: RoundMatrices, shrinkage: Shrinkage, seed: int) -> FloatArray:
-    """The shrunk value's estimator part: the round values' estimator noise through its linear map
-    (simulated; NaN for a member with a round of unknown error)."""
-    variance = np.where(matrices.accepted, matrices.estimator_variance, 0.0)
-    unknown = np.isnan(variance).any(axis=0)
-    sd = np.sqrt(np.nan_to_num(variance))
-    if not sd.any():
-        return np.where(unknown, math.nan, 0.0)
-    noise = np.random.default_rng(seed + 3).standard_normal((REPLICATES, *sd.shape)) * sd
-    moved = shrinkage.apply(matrices.fedsv + noise) - shrinkage.apply(matrices.fedsv)
-    return np.where(unknown, math.nan, np.sqrt(np.mean(np.square(moved), axis=0)))
-
-
 def _shrunk_parts(
-    matrices: RoundMatrices, shrinkage: Shrinkage, reruns: RerunPart, seed: int
+    matrices: RoundMatrices,
+    shrinkage: Shrinkage,
+    reruns: RerunPart,
+    completed: tuple[FloatArray, FloatArray],  # the completed value's estimator part (N,), fold totals (N, F)
+    errors: FloatArray,  # the completed totals' errors against the members' mean, which group them
 ) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
     """The shrunk value's parts, and those of its totals less the members' mean: the estimator's and
-    the validation set's through its linear map (the fold deviations, round_matrices.fold_deviations);
-    a rerun's from the simulated reruns' shrunk totals (each refitted, with the validation set's noise
-    drawn into it) less those two; the initial model's from the same reruns with its draw, less
-    without."""
-    estimator = _shrunk_estimator(matrices, shrinkage, seed)
-    deviations = fold_deviations(matrices.fedsv_folds, matrices.shares)
-    unsplit = (np.isnan(matrices.fedsv_folds).any(axis=2) & matrices.mask).any(axis=0)
+    the validation set's through its linear map; a rerun's and the initial model's from the simulated
+    reruns' completed totals, started from totals that spread as the fit estimates (as_fitted) and
+    each pulled within the groups its own verdict gives."""
+    shrink = shrinkage.map()
+    linked = np.asarray(shrink != 0.0, dtype=np.bool_)  # a member's shrunk total takes these totals
     members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
+    estimator_completed, folds = completed
+    known = np.isfinite(estimator_completed)
+    estimator = np.sqrt(np.square(shrink) @ np.square(np.where(known, estimator_completed, 0.0)))
+    estimator = np.where((linked & ~known[None, :]).any(axis=1), math.nan, estimator)
+    split = np.asarray(~(np.isnan(matrices.fedsv_folds).any(axis=2) & matrices.mask).any(axis=0))
+    unsplit = (linked & ~split[None, :]).any(axis=1)
+    moved = shrink @ folds
+    validation = fold_stderr(moved, matrices.shares)
+    validation_relative = fold_stderr(centered(moved, members, axis=0), matrices.shares)
+    validation[unsplit] = validation_relative[unsplit] = math.nan
     unknown = np.full(len(matrices.ids), math.nan)
-    validation, validation_relative = unknown.copy(), unknown.copy()
-    if deviations is not None:
-        moved = shrinkage.apply(deviations, shifted=False)  # (F, N)
-        validation = np.sqrt(np.square(moved).sum(axis=0))
-        validation_relative = np.sqrt(np.square(centered(moved, members)).sum(axis=0))
-        validation[unsplit] = validation_relative[unsplit] = math.nan
     rerun, rerun_relative, initial = unknown, unknown, unknown
-    fixed = reruns.shrunk_fixed_start
-    if fixed is not None:
-        linear = np.square(np.nan_to_num(validation)) + np.square(np.nan_to_num(estimator))
-        rerun = np.sqrt(np.maximum(np.square(spread(fixed)) - linear, 0.0))
-        linear = np.square(np.nan_to_num(validation_relative)) + np.square(np.nan_to_num(estimator))
-        rerun_relative = np.sqrt(np.maximum(np.square(spread(centered(fixed, members))) - linear, 0.0))
-        if reruns.shrunk is not None:
-            initial = spread(reruns.shrunk - fixed)
+    if reruns.completed is not None:
+        center = reruns.completed.mean(axis=0)
+        start = shrinkage.as_fitted(center) - center
+
+        def pulled(draws: FloatArray) -> FloatArray:
+            out = []
+            for draw in draws + start:
+                own = verdict_groups(matrices.ids, draw, errors)
+                out.append(Shrinkage.fit(draw, errors, own, members).apply(draw))
+            return np.array(out)
+
+        fixed = pulled(reruns.completed)
+        rerun, rerun_relative = spread(fixed), spread(centered(fixed, members))
+        if reruns.completed_moved is not None:
+            initial = spread(pulled(reruns.completed_moved) - fixed)
     never = ~matrices.mask.any(axis=0)
     parts = {"estimator": estimator, "validation": validation, "rerun": rerun, "initial": initial}
     relative = {"estimator": estimator, "validation": validation_relative, "rerun": rerun_relative}
@@ -199,15 +196,9 @@ def uncertainty(
     """Every total's standard error by part, and the shrunk value's fit (shrinkage.py) with the
     verdict's groups (verdict_groups); `model`: the completion's (None: nothing was missing)."""
     never = ~matrices.mask.any(axis=0)
-    validation, validation_relative = _validation(matrices, model, seed)
+    validation, validation_relative, completed_folds = _validation(matrices, model, seed)
     estimator = _estimator(matrices)
-
-    def grouping(totals: FloatArray, rerun_relative: FloatArray) -> list[list[int]] | None:
-        parts = (estimator, validation_relative)
-        squares = sum(np.square(part["fedsv_completed"]) for part in parts) + np.square(rerun_relative)
-        return verdict_groups(matrices.ids, totals, np.where(never, math.inf, np.sqrt(squares)))
-
-    reruns = rerun_part(matrices, model, replicates, seed, grouping)
+    reruns = rerun_part(matrices, model, replicates, seed)
     relative = {"estimator": dict(estimator), "validation": validation_relative, "rerun": reruns.relative}
     parts = {
         "estimator": estimator,
@@ -217,11 +208,14 @@ def uncertainty(
     }
     for by_key in (*parts.values(), *relative.values()):
         by_key["fedsv_completed"] = np.where(never, math.inf, by_key["fedsv_completed"])
-    shrinkage = reruns.shrinkage
-    alone = shrinkage.alone(reruns.groups)
-    shrunk, shrunk_relative = _shrunk_parts(matrices, shrinkage, reruns, seed)
+    errors = np.sqrt(sum(np.square(relative[part]["fedsv_completed"]) for part in BETWEEN))
+    totals = completed_totals(matrices.fedsv, matrices.mask, matrices.accepted, matrices.weights, model, seed)
+    members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
+    shrinkage = Shrinkage.fit(totals, errors, verdict_groups(matrices.ids, totals, errors), members)
+    completed = (estimator["fedsv_completed"], completed_folds)
+    shrunk, shrunk_relative = _shrunk_parts(matrices, shrinkage, reruns, completed, errors)
     for name, value in shrunk.items():
-        parts[name]["fedsv_shrunk"] = np.where(alone, parts[name]["fedsv_completed"], value)
+        parts[name]["fedsv_shrunk"] = value
     for name, value in shrunk_relative.items():
-        relative[name]["fedsv_shrunk"] = np.where(alone, relative[name]["fedsv_completed"], value)
-    return Uncertainty(parts, shrinkage, relative, alone)
+        relative[name]["fedsv_shrunk"] = value
+    return Uncertainty(parts, shrinkage, relative)
