@@ -1,4 +1,4 @@
-"""Do the stated errors cover a rerun, and do the amounts follow the data? Four federations, rerun.
+"""Do the stated errors cover a rerun, and do the amounts follow the data? Five federations, rerun.
 
 Each federation of benchmarks/federations.py (fixed member files) is rerun over seeds: every rerun
 another seed (selections, SGD orders, the initial model) and a fresh validation set (a seeded bootstrap

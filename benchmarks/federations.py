@@ -3,7 +3,7 @@ fresh validation draw.
 
 Each federation is its members' own files (written once, so every rerun holds the same data), a
 validation file bootstrapped anew per rerun, a test file, the run's settings, and which members are
-twins (identical files) or corrupted. Four shapes, on three real data sets that install with the
+twins (identical files) or corrupted. Five shapes, on three real data sets that install with the
 project (no download):
 
 - `tabular-twins`: the tabular example's eight breast-cancer members, each twice (16 members, 8 per
@@ -15,6 +15,8 @@ project (no download):
   flipped, all five selected in every round (cross-silo).
 - `mnist-corrupted`: the embedded MNIST sample's paper setup (20 IID shards, 10 per round, the paper's
   MLP) with members 0 and 1 on half-flipped labels and member 2 holding 20 images.
+- `main-job`: `make demo`'s federation (the embedded MNIST in 10 IID shards, 5 per round; members 0
+  and 1 on half-flipped labels, member 2 holding 30 images, member 3 a mimicking free rider).
 """
 
 from __future__ import annotations
@@ -195,9 +197,35 @@ def mnist_corrupted(work: Path) -> Federation:
     return Federation("mnist-corrupted", settings, str(folder / "validation.npz"), [], [_pid(0), _pid(1)])
 
 
+def main_job(work: Path) -> Federation:
+    """`make demo`'s federation (Makefile's DEMO_FEDERATION) with its members' shards as files."""
+    from fedsv.data.shards import Holdout, Simulation
+
+    folder = work / "main-job"
+    folder.mkdir(parents=True, exist_ok=True)
+    simulation = Simulation.parse("simulated:embedded", "", 0, Holdout(1000, "train", 1000))
+    for rank in range(10):
+        samples, _ = simulation.shard(rank, 10, "iid", "flip:0.5" if rank < 2 else "none")
+        x, y = np.asarray(samples.x), np.asarray(samples.y)
+        if rank == 2:
+            x, y = x[:30], y[:30]
+        np.savez(folder / f"member{rank}.npz", x=x, y=y)
+    for name, part in (("validation", simulation.validation()), ("test", simulation.test())):
+        np.savez(folder / f"{name}.npz", x=np.asarray(part.x), y=np.asarray(part.y))
+    settings = {
+        "data": str(folder / "member{rank}.npz"),
+        "test_data": str(folder / "test.npz"),
+        "participants": 10,
+        "fraction": 0.5,
+        "corrupt": "3=mimic:1",
+    }
+    return Federation("main-job", settings, str(folder / "validation.npz"), [], [_pid(0), _pid(1), _pid(3)])
+
+
 BUILDERS = {
     "tabular-twins": tabular_twins,
     "digits-owners": digits_owners,
     "digits-silos": digits_silos,
     "mnist-corrupted": mnist_corrupted,
+    "main-job": main_job,
 }

@@ -18,8 +18,9 @@ from fedsv.valuation.errors.valuation_noise import COMPONENTS
 
 RECOMMENDED = "fedsv_shrunk"
 """The value to pay by (docs/valuation.md, "Which value to use"): every member valued in every round, so
-that selection luck does not decide the pay, and pulled towards the others by its noise, so that what
-the values cannot tell apart is paid nearly alike; reports rank by it and `fedsv payout` splits by it."""
+that selection luck does not decide the pay, and pulled towards the members of its verdict group by
+its noise, so that what the values cannot tell apart is paid nearly alike; reports rank by it and
+`fedsv payout` splits by it."""
 
 VERDICT_VALUE = "fedsv_completed"
 """The value the verdict tests: the evidence before the shrinkage (which pulls members together by the

@@ -93,8 +93,8 @@ class FederatedValuation:
 
     def totals(self) -> dict[str, dict[str, float]]:
         """Per participant, the totals of TOTAL_KEYS: the sums(), fedsv_completed (completed()) and
-        fedsv_shrunk (each member's effect on its rounds, shrunk by its noise towards the members the
-        verdict cannot tell it from: shrinkage.py, valuation_noise.verdict_groups)."""
+        fedsv_shrunk (each completed total pulled by its noise towards the members the verdict cannot
+        tell it from: shrinkage.py, valuation_noise.verdict_groups)."""
         out = self.sums()
         out["fedsv_completed"], out["fedsv_shrunk"] = {}, {}
         if self._rounds:
