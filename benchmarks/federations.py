@@ -174,51 +174,39 @@ def digits_silos(work: Path) -> Federation:
     return Federation("digits-silos", settings, validation, [], [_pid(noisy)])
 
 
-def mnist_corrupted(work: Path) -> Federation:
+def _embedded_shards(folder: Path, members: int, small: int) -> dict[str, Any]:
+    """The embedded MNIST sample's IID shards as member files in `folder`: members 0 and 1 on
+    half-flipped labels, member 2 holding `small` images; and the settings that read them."""
     from fedsv.data.shards import Holdout, Simulation
 
-    folder = work / "mnist-corrupted"
     folder.mkdir(parents=True, exist_ok=True)
     simulation = Simulation.parse("simulated:embedded", "", 0, Holdout(1000, "train", 1000))
-    for rank in range(20):
-        samples, _ = simulation.shard(rank, 20, "iid", "flip:0.5" if rank < 2 else "none")
+    for rank in range(members):
+        samples, _ = simulation.shard(rank, members, "iid", "flip:0.5" if rank < 2 else "none")
         x, y = np.asarray(samples.x), np.asarray(samples.y)
         if rank == 2:
-            x, y = x[:20], y[:20]
+            x, y = x[:small], y[:small]
         np.savez(folder / f"member{rank}.npz", x=x, y=y)
     for name, part in (("validation", simulation.validation()), ("test", simulation.test())):
         np.savez(folder / f"{name}.npz", x=np.asarray(part.x), y=np.asarray(part.y))
-    settings = {
+    return {
         "data": str(folder / "member{rank}.npz"),
         "test_data": str(folder / "test.npz"),
-        "participants": 20,
+        "participants": members,
         "fraction": 0.5,
     }
+
+
+def mnist_corrupted(work: Path) -> Federation:
+    folder = work / "mnist-corrupted"
+    settings = _embedded_shards(folder, 20, 20)
     return Federation("mnist-corrupted", settings, str(folder / "validation.npz"), [], [_pid(0), _pid(1)])
 
 
 def main_job(work: Path) -> Federation:
     """`make demo`'s federation (Makefile's DEMO_FEDERATION) with its members' shards as files."""
-    from fedsv.data.shards import Holdout, Simulation
-
     folder = work / "main-job"
-    folder.mkdir(parents=True, exist_ok=True)
-    simulation = Simulation.parse("simulated:embedded", "", 0, Holdout(1000, "train", 1000))
-    for rank in range(10):
-        samples, _ = simulation.shard(rank, 10, "iid", "flip:0.5" if rank < 2 else "none")
-        x, y = np.asarray(samples.x), np.asarray(samples.y)
-        if rank == 2:
-            x, y = x[:30], y[:30]
-        np.savez(folder / f"member{rank}.npz", x=x, y=y)
-    for name, part in (("validation", simulation.validation()), ("test", simulation.test())):
-        np.savez(folder / f"{name}.npz", x=np.asarray(part.x), y=np.asarray(part.y))
-    settings = {
-        "data": str(folder / "member{rank}.npz"),
-        "test_data": str(folder / "test.npz"),
-        "participants": 10,
-        "fraction": 0.5,
-        "corrupt": "3=mimic:1",
-    }
+    settings = {**_embedded_shards(folder, 10, 30), "corrupt": "3=mimic:1"}
     return Federation("main-job", settings, str(folder / "validation.npz"), [], [_pid(0), _pid(1), _pid(3)])
 
 
