@@ -17,9 +17,10 @@ message; the initial models' scores are forward passes when the run starts), com
   every member alike, so Uncertainty.between leaves it out of the error of a difference between two
   members.
 
-The shrunk value (shrinkage.py) is linear in the round values once its fit is fixed, so its estimator's
-and validation parts follow through that map; its rerun part refits it in every simulated rerun, with
-the groups that rerun's own verdict gives (a real rerun's verdict may group a member otherwise). The
+The shrunk value (shrinkage.py) is linear in the completed totals once its groups and factors are
+fixed, so its estimator's and validation parts are the completed value's through that map; its rerun
+part pulls every simulated rerun's completed totals again, within the groups that rerun's own verdict
+gives (a real rerun's verdict may group a member otherwise). The
 assumptions, and where they fail: docs/valuation.md;
 benchmarks/bench_calibration.py measures how the stated errors compare with the spread of real reruns.
 """
