@@ -176,7 +176,7 @@ def _complete(matrices: RoundMatrices) -> CompletedReply | Failed:
     matrix = matrices.completion_matrix()
     try:
         completed = matrix.complete()
-        errors = uncertainty(matrices, completed.chosen)
+        errors = uncertainty(matrices, completed.chosen, completed.totals)
     except Exception as exc:  # reported; the coordinator carries on without live completed values
         logger.exception("completing %d rounds failed", matrices.rounds)
         return Failed(matrices.rounds, f"{type(exc).__name__}: {exc}")

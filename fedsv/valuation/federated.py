@@ -235,7 +235,7 @@ class FederatedValuation:
         and a rerun's; computed once per number of rounds recorded."""
         if self._uncertainty is None or self._uncertainty[0] != len(self._rounds):
             _, completed = self.completed()
-            found = uncertainty(self.matrices(), completed.chosen)
+            found = uncertainty(self.matrices(), completed.chosen, np.asarray(completed.totals))
             self._uncertainty = (len(self._rounds), found)
         return self._uncertainty[1]
 

@@ -41,10 +41,10 @@ from scipy.stats import chi2
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
-CONFIDENCE = 0.5
-"""tau^2 is taken at this one-sided confidence bound of the groups' spread (0.5: its estimate, plain
-empirical Bayes, the least expected squared error): measured against a higher bound on the four
-calibration federations in docs/valuation.md."""
+CONFIDENCE: float | None = None
+"""None: tau^2 at its estimate (plain empirical Bayes, the least expected squared error); a number: at
+the lower bound of that one-sided confidence for the groups' spread (chi-square). The 75%, 90% and 99%
+bounds were measured against the estimate on the calibration federations (docs/valuation.md)."""
 
 MIN_FACTOR = 1e-6
 """B never reaches 0: members the values cannot tell apart are paid alike to a millionth of their
@@ -92,7 +92,7 @@ class Shrinkage:
             freedom += len(group) - 1
         members = [i for group in pulled for i in group]
         mean_noise = float(noise[members].mean())
-        quantile = float(chi2.ppf(CONFIDENCE, freedom)) if CONFIDENCE != 0.5 else float(freedom)
+        quantile = float(freedom) if CONFIDENCE is None else float(chi2.ppf(CONFIDENCE, freedom))
         between = max(squares / quantile - mean_noise, MIN_FACTOR * mean_noise)
         factors[members] = between / (between + noise[members])
         return cls(pulled, factors, weights, between)

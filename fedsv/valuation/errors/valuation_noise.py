@@ -192,10 +192,15 @@ def verdict_groups(ids: Sequence[str], totals: FloatArray, between: FloatArray) 
 
 
 def uncertainty(
-    matrices: RoundMatrices, model: Model | None, replicates: int = REPLICATES, seed: int = 0
+    matrices: RoundMatrices,
+    model: Model | None,
+    totals: FloatArray,
+    replicates: int = REPLICATES,
+    seed: int = 0,
 ) -> Uncertainty:
     """Every total's standard error by part, and the shrunk value's fit (shrinkage.py) with the
-    verdict's groups (verdict_groups); `model`: the completion's (None: nothing was missing)."""
+    verdict's groups (verdict_groups) of the run's completed `totals` (completion.complete's, by
+    `model`: None where nothing was missing), the totals it pulls."""
     never = ~matrices.mask.any(axis=0)
     validation, validation_relative, completed_folds = _validation(matrices, model, seed)
     estimator = _estimator(matrices)
@@ -210,7 +215,6 @@ def uncertainty(
     for by_key in (*parts.values(), *relative.values()):
         by_key["fedsv_completed"] = np.where(never, math.inf, by_key["fedsv_completed"])
     errors = np.sqrt(sum(np.square(relative[part]["fedsv_completed"]) for part in BETWEEN))
-    totals = completed_totals(matrices.fedsv, matrices.mask, matrices.accepted, matrices.weights, model, seed)
     members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
     shrinkage = Shrinkage.fit(totals, errors, verdict_groups(matrices.ids, totals, errors), members)
     completed = (estimator["fedsv_completed"], completed_folds)
