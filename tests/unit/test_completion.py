@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedsv.valuation import FederatedValuation, RoundValues
-from fedsv.valuation.accounting.completion import complete
+from fedsv.valuation.accounting.completion import _within_observed, complete
 
 
 def low_rank_rounds(t: int, n: int, seed: int) -> np.ndarray:
@@ -103,6 +103,19 @@ def test_a_sign_change_learned_from_a_few_members_is_not_carried_to_the_others()
     honest = [4, 5, 6, 7, 8, 9]
     fedsv = values.sum(axis=0)
     assert np.all(result.totals[honest] > 0.05) and np.all(result.totals[honest] < fedsv[honest] + 0.05)
+
+
+def test_a_prediction_is_held_by_its_round_and_its_member_and_by_either_alone() -> None:
+    values = np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 0.0], [5.0, 0.0, 0.0]])
+    mask = np.array([[True, True, False], [False, False, False], [True, False, False]])
+    high, low = (
+        _within_observed(np.full((3, 3), 100.0), values, mask),
+        _within_observed(np.full((3, 3), -100.0), values, mask),
+    )
+    assert (high[0, 2], low[0, 2]) == (2.0, 1.0)  # its round's range (the member has none observed)
+    assert (high[1, 0], low[1, 0]) == (5.0, 1.0)  # its member's (the round has none)
+    assert (high[2, 1], low[2, 1]) == (5.0, 2.0)  # both together: round 2 saw 5, member 1 saw 2
+    assert (high[1, 2], low[1, 2]) == (100.0, -100.0)  # neither saw anything: no bound
 
 
 def test_twins_selected_unequally_get_equal_completed_values() -> None:

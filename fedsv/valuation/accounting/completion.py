@@ -173,7 +173,7 @@ def _within_observed(predicted: FloatArray, values: FloatArray, mask: npt.NDArra
     (round_low, round_high), (member_low, member_high) = bounds(1), bounds(0)
     low, high = np.minimum(round_low, member_low), np.maximum(round_high, member_high)
     rounds, members = np.asarray(mask.any(axis=1)), np.asarray(mask.any(axis=0))
-    unbounded = ~(rounds[:, None] & members[None, :])
+    unbounded = ~(rounds[:, None] | members[None, :])  # an empty side's bounds are +-inf: the other's hold
     low, high = np.where(unbounded, -np.inf, low), np.where(unbounded, np.inf, high)
     return np.asarray(np.clip(predicted, low, high), dtype=np.float64)
 
@@ -251,8 +251,9 @@ def choose(values: FloatArray, mask: npt.NDArray[np.bool_], seed: int = 0) -> tu
 
 def fit(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int = 0) -> FloatArray:
     """`model`'s prediction of every entry of the round-by-participant matrix from the masked ones, each
-    round's held within the range of the values observed in it (cross-validation chooses the model on
-    its plain predictions: measured, that chose better models than choosing on the held ones)."""
+    held within the range of the values observed in its round and of its member (cross-validation
+    chooses the model on its plain predictions: measured, that chose better models than choosing on
+    the held ones)."""
     filled = np.where(mask, values, 0.0)
     return _within_observed(_fit(filled, mask, model, seed), filled, mask)
 
