@@ -87,10 +87,10 @@ MAIN_JOB_SEED_1_REFUSED += [(9, 3)]
 def test_a_sign_change_learned_from_a_few_members_is_not_carried_to_the_others() -> None:
     """Members 0 and 1 have half their labels flipped: they help in the first two rounds and harm
     later; 3 is a free rider (always refused), 2 holds 30 images. The honest members 4, 5, 7 and 9
-    were never aggregated in the first two rounds. Cross-validation picks a rank-1 fit, which learns
-    the flipped members' sign change and, unbounded, predicts -0.13 to -0.24 for those four there (every
-    value observed in those rounds is >= 0): completed totals -0.08 to -0.10 against a FedSV of +0.06
-    to +0.14."""
+    were not selected in the first two rounds (6 and 8 were, and were refused). Cross-validation
+    picks a rank-1 fit, which learns the flipped members' sign change and, unbounded, predicts -0.13
+    to -0.24 for those four there (every value observed in those rounds is >= 0): completed totals
+    -0.08 to -0.10 against a FedSV of +0.06 to +0.14."""
     values = MAIN_JOB_SEED_1
     mask = np.zeros(values.shape, dtype=bool)
     for t, row in enumerate(MAIN_JOB_SEED_1_SELECTED):
