@@ -252,8 +252,8 @@ def choose(values: FloatArray, mask: npt.NDArray[np.bool_], seed: int = 0) -> tu
 def fit(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int = 0) -> FloatArray:
     """`model`'s prediction of every entry of the round-by-participant matrix from the masked ones, each
     held within the range of the values observed in its round and of its member (cross-validation
-    chooses the model on its plain predictions: measured, that chose better models than choosing on
-    the held ones)."""
+    chooses the model on its plain predictions: measured, nearer the reruns' mean on three calibration
+    federations of four than choosing on the held ones, docs/valuation.md)."""
     filled = np.where(mask, values, 0.0)
     return _within_observed(_fit(filled, mask, model, seed), filled, mask)
 
