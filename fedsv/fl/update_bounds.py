@@ -11,25 +11,31 @@ from torch import Tensor
 
 from fedsv.fl.updates import ClientUpdate
 
-POLICIES = ("clip", "reject", "none")
+POLICIES = ("clip-or-reject", "clip", "reject", "none")
 
 
 @dataclass(frozen=True)
 class NormBound:
     """How updates are bounded.
 
-    policy: "reject" (the runtime's default) drops an update over the bound from aggregation and
-        valuation; "clip" scales it down to the bound (a linear change, so the round's game keeps its
-        fast path; it still weighs `multiple` times an ordinary update); "none" accepts any finite
-        update.
+    policy: "clip" scales an update over the bound down to it (a linear change, so the round's game
+        keeps its fast path; it still weighs `multiple` times an ordinary update); "reject" drops it from
+        aggregation and valuation; "clip-or-reject" (the runtime's default) clips one up to
+        `reject_multiple` times the bound and drops one further over: an honest member with several
+        times the others' data takes more local steps and sends a larger update (2-5x the typical norm
+        on the digits-owners federation, docs/valuation.md), which "reject" would turn away in some runs
+        and not others, while an attacker's boosted update (10^6x) is still refused; "none" accepts any
+        finite update.
     bound: an absolute bound on the L2 norm of an update (over all its tensors); 0 means adaptive:
         `multiple` times the typical norm (typical_norm: the median of the round's norms and those
         accepted in recent rounds), which a minority of participants cannot move.
+    reject_multiple: "clip-or-reject" drops an update over this times the bound.
     """
 
     policy: str = "clip"
     bound: float = 0.0
     multiple: float = 2.0
+    reject_multiple: float = 4.0
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -38,6 +44,8 @@ class NormBound:
             raise ValueError(f"update_norm_bound must be 0 (adaptive) or a positive number, got {self.bound}")
         if not (math.isfinite(self.multiple) and self.multiple >= 1):
             raise ValueError(f"update_norm_multiple must be a number >= 1, got {self.multiple}")
+        if not (math.isfinite(self.reject_multiple) and self.reject_multiple >= 1):
+            raise ValueError(f"update_norm_reject_multiple must be a number >= 1, got {self.reject_multiple}")
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,15 @@ def round_bound(norms: Sequence[float], rule: NormBound, smaller_of_few: bool = 
     return rule.multiple * typical if typical > 0 else math.inf
 
 
+def _rejection_line(bound: float, rule: NormBound) -> float:
+    """The norm over which `rule` rejects an update rather than clipping it (inf: it never does)."""
+    if rule.policy == "reject":
+        return bound
+    if rule.policy == "clip-or-reject":
+        return rule.reject_multiple * bound
+    return math.inf
+
+
 def bound_updates(
     updates: Sequence[ClientUpdate],
     rule: NormBound,
@@ -95,16 +112,17 @@ def bound_updates(
     earlier rounds), so that in a round of one or two updates no single update sets its own bound
     (`smaller_of_few`: with fewer than three norms in all, the smaller; else their mean, as before
     the guard existed).
-    "reject" never empties a round: when every update is over the bound they are clipped to it
-    instead, so that no participant (a lone one, say) can stop a run by being rejected. An update whose
-    norm overflows (inf) is rejected under either policy when another is finite: clipped, it would be
-    a zero delta with a FedAvg weight.
+    Rejecting never empties a round: when every update is over the rejection line (the bound; for
+    "clip-or-reject", `reject_multiple` times it) they are clipped to the bound instead, so that no
+    participant (a lone one, say) can stop a run by being rejected. An update whose norm overflows
+    (inf) is rejected under any policy but "none" when another is finite: clipped, it would be a zero
+    delta with a FedAvg weight.
     """
     norms = {u.participant: update_norm(u.delta) for u in updates}
     bound = round_bound([*norms.values(), *history], rule, smaller_of_few)
-    policy = rule.policy
-    if policy == "reject" and updates and all(n > bound for n in norms.values()):
-        policy = "clip"
+    reject_over = _rejection_line(bound, rule)
+    if updates and all(n > reject_over for n in norms.values()):
+        reject_over = math.inf
     kept: list[ClientUpdate] = []
     clipped: list[str] = []
     rejected: list[str] = []
@@ -113,7 +131,7 @@ def bound_updates(
         norm = norms[u.participant]
         if norm <= bound:
             kept.append(u)
-        elif policy == "reject" or (math.isinf(norm) and some_finite):
+        elif norm > reject_over or (math.isinf(norm) and some_finite):
             rejected.append(u.participant)
         else:
             scale = bound / norm

@@ -76,6 +76,7 @@ class Aggregation(StrEnum):
 class NormPolicy(StrEnum):
     """What happens to an update whose norm is over the bound (fedsv.fl.update_bounds)."""
 
+    CLIP_OR_REJECT = "clip-or-reject"
     CLIP = "clip"
     REJECT = "reject"
     NONE = "none"

@@ -82,6 +82,7 @@ class RunConfig(ConfigModel):
     update_norm_policy: NormPolicy = setting("update_norm_policy")
     update_norm_bound: float = setting("update_norm_bound")
     update_norm_multiple: float = setting("update_norm_multiple")
+    update_norm_reject_multiple: float = setting("update_norm_reject_multiple")
     update_count_multiple: float = setting("update_count_multiple")
     update_direction: bool = setting("update_direction")
     update_norm_history: int = setting("update_norm_history")
@@ -207,7 +208,12 @@ class RunConfig(ConfigModel):
 
     def norm_bound(self) -> NormBound:
         """How the round's updates are bounded before aggregation and valuation."""
-        return NormBound(self.update_norm_policy, self.update_norm_bound, self.update_norm_multiple)
+        return NormBound(
+            self.update_norm_policy,
+            self.update_norm_bound,
+            self.update_norm_multiple,
+            self.update_norm_reject_multiple,
+        )
 
     def guard(self) -> GuardSettings:
         """How the round's updates are screened before aggregation (weights, norms' memory, direction)."""

@@ -78,12 +78,25 @@ RUN_SETTINGS: dict[str, Any] = {  # name -> pydantic FieldInfo (Field's type is 
     "aggregation_byzantine": Field(1, description="krum, multi_krum: participants assumed malicious (f)"),
     "aggregation_keep": Field(0, description="multi_krum: updates averaged (0 = selected - f)"),
     # guard
-    "update_norm_policy": Field(NormPolicy.REJECT, description="an update whose L2 norm is over the bound"),
+    "update_norm_policy": Field(
+        NormPolicy.CLIP_OR_REJECT,
+        description=(
+            "an update whose L2 norm is over the bound: clip-or-reject clips it to the bound, or rejects it "
+            "when over --update-norm-reject-multiple x the bound"
+        ),
+    ),
     "update_norm_bound": Field(
         0.0, description="bound on an update's L2 norm (0 = --update-norm-multiple x the round's median)"
     ),
     "update_norm_multiple": Field(
         2.0, description="the adaptive bound, as a multiple of the round's median norm"
+    ),
+    "update_norm_reject_multiple": Field(
+        4.0,
+        description="clip-or-reject: an update over this x the bound is rejected, not clipped",
+        ge=1,
+        allow_inf_nan=False,
+        json_schema_extra={"later": True},
     ),
     "update_count_multiple": Field(
         3.0,

@@ -351,13 +351,15 @@ def test_a_file_sets_settings_only(key: str, tmp_path: Path) -> None:
 
 
 def test_a_setting_added_later_at_its_default_leaves_a_recorded_run_resumable(tmp_path: Path) -> None:
-    """A run recorded before valuation_merge_redundant existed ran without merging, its default: the
-    same settings now give the same record and run id, so its ledger resumes; merging on is recorded."""
+    """A run recorded before valuation_merge_redundant (or update_norm_reject_multiple) existed ran
+    without merging, its default: the same settings now give the same record and run id, so its ledger
+    resumes; merging on is recorded."""
     from fedsv.coordinator.server import run_id_of
 
-    assert added_later("valuation_merge_redundant") and not added_later("rounds")
+    later = {"valuation_merge_redundant", "update_norm_reject_multiple"}
+    assert all(added_later(name) for name in later) and not added_later("rounds")
     run = RunConfig(participants=6)
-    before = {k: v for k, v in run.model_dump().items() if k != "valuation_merge_redundant"}
+    before = {k: v for k, v in run.model_dump().items() if k not in later}
     assert run.to_dict() == before
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         ledger.ensure_run(run_id_of(run), before)  # as the run was recorded before the setting

@@ -45,6 +45,29 @@ def test_reject_drops_and_an_absolute_bound_and_none_are_honoured() -> None:
     assert round_bound([0.0, 0.0, 5.0], NormBound()) == math.inf  # a zero median bounds nothing
 
 
+def test_clip_or_reject_clips_a_rich_member_s_larger_update_and_rejects_an_outsized_one() -> None:
+    """An honest member with several times the others' data sends a few times their norm (clipped: it
+    stays in the round); a boosted update is rejected; and a round of outsized updates is not emptied."""
+    rule = NormBound(policy="clip-or-reject", reject_multiple=4.0)
+    typical = [_update(f"p{i}", 1.0) for i in range(5)]
+    rich, edge, boosted = _update("rich", 5.0), _update("edge", 7.9), _update("boosted", 8.1)
+    bounded = bound_updates([*typical, rich, edge, boosted], rule)
+    assert bounded.bound == pytest.approx(2.0)  # 2 x the median of 1 (x5), 5, 7.9, 8.1
+    assert bounded.clipped == ["rich", "edge"] and bounded.rejected == ["boosted"]  # the line: 4 x 2
+    assert [update_norm(u.delta) for u in bounded.updates[5:]] == [pytest.approx(2.0)] * 2
+    # the same updates under the other policies: reject loses the rich member, clip keeps the boosted one
+    assert bound_updates([*typical, rich], NormBound(policy="reject")).rejected == ["rich"]
+    assert bound_updates([*typical, boosted], NormBound(policy="clip")).clipped == ["boosted"]
+    # the multiple is the rule's own, and an absolute bound is honoured
+    assert bound_updates(
+        [*typical, rich], NormBound(policy="clip-or-reject", reject_multiple=2.0)
+    ).rejected == ["rich"]
+    absolute = bound_updates([*typical, rich], NormBound(policy="clip-or-reject", bound=0.5))
+    assert absolute.clipped == [f"p{i}" for i in range(5)] and absolute.rejected == ["rich"]
+    everyone_far_over = bound_updates([_update("p9", 1e6)], rule, history=[1.0, 1.2, 0.9])
+    assert everyone_far_over.clipped == ["p9"] and everyone_far_over.rejected == []
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
@@ -53,6 +76,8 @@ def test_reject_drops_and_an_absolute_bound_and_none_are_honoured() -> None:
         ({"bound": math.inf}, "update_norm_bound"),
         ({"multiple": 0.5}, "update_norm_multiple"),
         ({"multiple": math.nan}, "update_norm_multiple"),
+        ({"reject_multiple": 0.5}, "update_norm_reject_multiple"),
+        ({"reject_multiple": math.inf}, "update_norm_reject_multiple"),
     ],
 )
 def test_bad_bounds_name_the_setting(kwargs: dict[str, object], name: str) -> None:
