@@ -28,6 +28,7 @@ from tests.support.errors import one_line
         ({"epochs": 0}, ("epochs must be a whole number in 1..2147483647",)),
         ({"lr": -0.1}, ("lr must be a positive finite number",)),
         ({"update_norm_policy": "ignore"}, ("update_norm_policy must be one of",)),
+        ({"update_norm_reject_multiple": 0.5}, ("update_norm_reject_multiple must be at least 1",)),
         ({"eps": 0}, ("eps must be a positive finite number",)),
         ({"header_timeout": 0}, ("header_timeout must be in (0, 100000000]",)),
         ({"header_timeout": "ten"}, ("header_timeout must be a number",)),
@@ -62,6 +63,7 @@ def test_coordinator_config_file(tmp_path: Path, settings: dict[str, object], ne
         (["--validation-from", "test"], "validation_from must be train for the embedded sample"),
         (["--test-size", "-1"], "test_size must be a whole number in 0.."),
         (["--test-size", "0"], "test_size must be at least 1 for the embedded sample"),
+        (["--update-norm-reject-multiple", "nan"], "update_norm_reject_multiple must be at least 1"),
     ],
 )
 def test_launch_flags(
