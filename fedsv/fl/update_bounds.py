@@ -18,14 +18,16 @@ POLICIES = ("clip-or-reject", "clip", "reject", "none")
 class NormBound:
     """How updates are bounded.
 
-    policy: "clip" scales an update over the bound down to it (a linear change, so the round's game
-        keeps its fast path; it still weighs `multiple` times an ordinary update); "reject" drops it from
-        aggregation and valuation; "clip-or-reject" (the runtime's default) clips one up to
-        `reject_multiple` times the bound and drops one further over: an honest member with several
+    policy: "reject" (the runtime's default) drops an update over the bound from aggregation and
+        valuation; "clip" scales it down to the bound (a linear change, so the round's game keeps its
+        fast path; it still weighs `multiple` times an ordinary update); "clip-or-reject" clips one up
+        to `reject_multiple` times the bound and drops one further over: an honest member with several
         times the others' data takes more local steps and sends a larger update (2-5x the typical norm
-        on the digits-owners federation, docs/valuation.md), which "reject" would turn away in some runs
-        and not others, while an attacker's boosted update (10^6x) is still refused; "none" accepts any
-        finite update.
+        on the digits-owners federation), which "reject" turns away in some runs and not others, while
+        a boosted update (10^6x) is still refused. It is not the default because colluders sending -3x
+        their update are then clipped, not dropped, and cost up to 0.12 of accuracy where "reject"
+        holds them to 0.02 (docs/valuation.md, "The owners' errors and the norm bound"); "none"
+        accepts any finite update.
     bound: an absolute bound on the L2 norm of an update (over all its tensors); 0 means adaptive:
         `multiple` times the typical norm (typical_norm: the median of the round's norms and those
         accepted in recent rounds), which a minority of participants cannot move.
