@@ -41,7 +41,7 @@ from fedsv.fl.public_steps import PublicSteps, mimicked
 from fedsv.fl.referee import Referee
 from fedsv.fl.reputation import Evidence, Reputation, ReputationChange, marginals
 from fedsv.fl.state import fedavg
-from fedsv.fl.update_bounds import BoundedUpdates, NormBound, bound_updates, typical_norm
+from fedsv.fl.update_bounds import BoundedUpdates, NormBound, along_descent, bound_updates, typical_norm
 from fedsv.fl.update_screen import null_updates, worse_round
 from fedsv.fl.updates import ClientUpdate, flat_delta
 
@@ -199,6 +199,19 @@ def directions(updates: Sequence[ClientUpdate], referee: Referee) -> Direction:
     )
 
 
+def _descent_cosines(bounded: BoundedUpdates, referee: Referee | None) -> dict[str, float] | None:
+    """The clipped updates' cosines with the referee's descent (None without a referee)."""
+    if referee is None:
+        return None
+    descent = referee.descent()
+    reference = flat_delta(descent)
+    return {
+        u.participant: _cosine(flat_delta({n: u.delta[n] for n in descent}), reference)
+        for u in bounded.updates
+        if u.participant in bounded.clipped
+    }
+
+
 def direction_outliers(
     updates: Sequence[ClientUpdate], memory: GuardMemory, referee: Referee
 ) -> tuple[dict[str, float], Direction | None]:
@@ -269,6 +282,8 @@ def guard_updates(
     weighted = [u for u in weighted if u.participant not in held_ids]
     guarded_norms = settings.history_rounds > 0  # the norms' memory on: the guard's small-round rule too
     bounded = bound_updates(weighted, norm_rule, memory.past(), smaller_of_few=guarded_norms)
+    if norm_rule.policy == "clip-or-reject" and bounded.clipped:
+        bounded = along_descent(bounded, _descent_cosines(bounded, referee))
     turned_away: dict[str, float] = {}
     null: dict[str, float] = {}
     worse: dict[str, float] = {}

@@ -76,9 +76,9 @@ class Aggregation(StrEnum):
 class NormPolicy(StrEnum):
     """What happens to an update whose norm is over the bound (fedsv.fl.update_bounds)."""
 
+    CLIP_OR_REJECT = "clip-or-reject"
     REJECT = "reject"
     CLIP = "clip"
-    CLIP_OR_REJECT = "clip-or-reject"
     NONE = "none"
 
 

@@ -79,10 +79,11 @@ RUN_SETTINGS: dict[str, Any] = {  # name -> pydantic FieldInfo (Field's type is 
     "aggregation_keep": Field(0, description="multi_krum: updates averaged (0 = selected - f)"),
     # guard
     "update_norm_policy": Field(
-        NormPolicy.REJECT,
+        NormPolicy.CLIP_OR_REJECT,
         description=(
-            "an update whose L2 norm is over the bound: reject drops it, clip scales it to the bound, "
-            "clip-or-reject clips it or drops it when over --update-norm-reject-multiple x the bound"
+            "an update whose L2 norm is over the bound: clip-or-reject scales it to the bound when it points "
+            "along the validation loss's descent and is within --update-norm-reject-multiple x the bound, "
+            "and drops it otherwise; reject drops it, clip scales it, none accepts it"
         ),
     ),
     "update_norm_bound": Field(

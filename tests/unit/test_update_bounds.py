@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedsv.data.corruptions import parse_corruption
-from fedsv.fl.update_bounds import NormBound, bound_updates, round_bound, update_norm
+from fedsv.fl.update_bounds import ALONG, NormBound, along_descent, bound_updates, round_bound, update_norm
 from fedsv.fl.updates import ClientUpdate
 
 
@@ -66,6 +66,22 @@ def test_clip_or_reject_clips_a_rich_member_s_larger_update_and_rejects_an_outsi
     assert absolute.clipped == [f"p{i}" for i in range(5)] and absolute.rejected == ["rich"]
     everyone_far_over = bound_updates([_update("p9", 1e6)], rule, history=[1.0, 1.2, 0.9])
     assert everyone_far_over.clipped == ["p9"] and everyone_far_over.rejected == []
+
+
+def test_along_descent_keeps_the_clipped_updates_that_point_along_it_and_never_empties_a_round() -> None:
+    updates = [*(_update(f"p{i}", 1.0) for i in range(3)), _update("along", 5.0), _update("against", 5.0)]
+    bounded = bound_updates(updates, NormBound(policy="clip-or-reject"))
+    assert bounded.clipped == ["along", "against"]
+    cosines = {"along": ALONG + 0.01, "against": -0.3}
+    kept = along_descent(bounded, cosines)
+    assert kept.clipped == ["along"] and kept.rejected == ["against"]
+    assert [u.participant for u in kept.updates] == ["p0", "p1", "p2", "along"]
+    assert along_descent(bounded, {"along": ALONG, "against": 0.9}).rejected == ["along"]  # not above
+    assert along_descent(bounded, None).rejected == ["along", "against"]  # no referee: nothing to keep by
+    only_clipped = bound_updates([_update("a", 5.0)], NormBound(policy="clip-or-reject"), history=[1.0] * 3)
+    assert along_descent(only_clipped, {"a": -1.0}) == only_clipped  # a round is never emptied
+    unclipped = bound_updates(updates[:3], NormBound(policy="clip-or-reject"))
+    assert along_descent(unclipped, None) == unclipped
 
 
 @pytest.mark.parametrize(

@@ -165,3 +165,29 @@ def test_bad_guard_settings_name_the_setting() -> None:
         GuardSettings(count_multiple=0.5)
     with pytest.raises(ValueError, match="update_norm_history"):
         GuardSettings(history_rounds=-1)
+
+
+@pytest.mark.parametrize("m", [3, 5])
+def test_clip_or_reject_keeps_a_rich_member_clipped_and_drops_a_boosted_update_against_the_descent(
+    m: int,
+) -> None:
+    """Under the default policy a member with several times the others' data (its update 4x theirs,
+    along the descent) is clipped and stays in the round; the same norm against the descent (a
+    colluder sending -3x its update, which a norm alone cannot tell from the rich member) is dropped,
+    whatever the direction check would make of it; "reject" would drop both."""
+    updates, referee = toy_round(seed=10 + m, m=m)
+    rich = ClientUpdate("rich", {"w": 4 * updates[0].delta["w"]}, 400)
+    colluder = ClientUpdate("colluder", {"w": -3 * updates[1].delta["w"]}, 100)
+    rule = NormBound(policy="clip-or-reject")
+    off = GuardSettings(direction=False, quarantine=False)  # the norm bound's own decision
+    guarded = guard_updates([*updates, rich, colluder], rule, off, GuardMemory(), [100] * 8, referee)
+    assert guarded.bounded.clipped == ["rich"] and guarded.bounded.rejected == ["colluder"]
+    assert [u.participant for u in guarded.updates] == [*(u.participant for u in updates), "rich"]
+    assert torch.linalg.vector_norm(guarded.updates[-1].delta["w"]) == pytest.approx(guarded.bounded.bound)
+    rejecting = guard_updates(
+        [*updates, rich, colluder], NormBound(policy="reject"), off, GuardMemory(), [100] * 8, referee
+    )
+    assert rejecting.bounded.rejected == ["rich", "colluder"]
+    # without a referee there is nothing to tell them by: both are dropped
+    blind = guard_updates([*updates, rich, colluder], rule, off, GuardMemory(), [100] * 8, None)
+    assert blind.bounded.rejected == ["rich", "colluder"] and blind.bounded.clipped == []
