@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -19,15 +19,17 @@ class NormBound:
     """How updates are bounded.
 
     policy: "clip-or-reject" (the runtime's default) scales an update over the bound down to it when
-        it is within `reject_multiple` times the bound and points along the validation loss's descent
-        (`along_descent`, which the guard applies), and drops any other: an honest member with several
-        times the others' data takes more local steps and sends a larger update (2-5x the typical norm
-        on the digits-owners federation), which "reject" turns away in some runs and not others, while
-        a boosted update (10^6x) or one against the descent (colluders sending -3x their update, which
-        a norm alone cannot tell from a rich member's) is still dropped. "reject" drops every update
-        over the bound from aggregation and valuation; "clip" scales every one down to it (a linear
-        change, so the round's game keeps its fast path; it still weighs `multiple` times an ordinary
-        update); "none" accepts any finite update.
+        it is within `reject_multiple` times the bound and the guard finds it a data-rich member's
+        (`keep_clipped`, `update_guard.clippable`: its member declares more samples than the
+        federation's median and it points along the validation loss's descent), and drops any other.
+        An honest member with several times the others' data takes more local steps and sends a larger
+        update (2-5x the typical norm on the digits-owners federation), which "reject" turns away in
+        some runs and not others; a boosted update (10^6x), one against the descent (colluders sending
+        -3x their update, which a norm alone cannot tell from a rich member's) and a large one from a
+        member of ordinary size (label noise makes larger steps) are still dropped. "reject" drops every
+        update over the bound from aggregation and valuation; "clip" scales every one down to it (a
+        linear change, so the round's game keeps its fast path; it still weighs `multiple` times an
+        ordinary update); "none" accepts any finite update.
     bound: an absolute bound on the L2 norm of an update (over all its tensors); 0 means adaptive:
         `multiple` times the typical norm (typical_norm: the median of the round's norms and those
         accepted in recent rounds), which a minority of participants cannot move.
@@ -59,11 +61,6 @@ class BoundedUpdates:
     norms: dict[str, float]
     clipped: list[str]
     rejected: list[str]
-
-
-ALONG = 0.05
-"""clip-or-reject keeps a clipped update whose cosine with the validation loss's descent is above this
-(a random direction in a model's space has a cosine near 0; an honest IID update one of 0.1 or more)."""
 
 
 def update_norm(delta: Mapping[str, Tensor]) -> float:
@@ -148,11 +145,11 @@ def bound_updates(
     return BoundedUpdates(kept, bound, norms, clipped, rejected)
 
 
-def along_descent(bounded: BoundedUpdates, cosines: Mapping[str, float] | None) -> BoundedUpdates:
-    """clip-or-reject's second test: of the clipped updates, those whose cosine with the validation
-    loss's descent (`cosines`, by participant; None: no referee, nothing to tell them by) is not above
-    ALONG are rejected instead, unless that would leave the round empty."""
-    against = [p for p in bounded.clipped if cosines is None or cosines.get(p, 0.0) <= ALONG]
+def keep_clipped(bounded: BoundedUpdates, eligible: Collection[str]) -> BoundedUpdates:
+    """clip-or-reject's second test: a clipped update stays only when its member is `eligible` (the
+    guard's test, `update_guard.clippable`); the others are rejected, unless that would leave the round
+    empty."""
+    against = [p for p in bounded.clipped if p not in eligible]
     if not against or len(against) == len(bounded.updates):
         return bounded
     dropped = set(against)

@@ -7,7 +7,9 @@ step leaves alone a round whose updates are alike and acts on an update that sta
    federation's median declared count: declaring 10^7 samples buys no more than that.
 2. **Norms** (`update_bounds`): the bound's typical norm is the median over this round's norms and the
    accepted norms of the last `history_rounds` rounds (the smaller of two when there are fewer than
-   three), so that in a round of two updates neither sets its own bound.
+   three), so that in a round of two updates neither sets its own bound. Under "clip-or-reject" (the
+   default) an update over the bound is clipped when it is a data-rich member's larger step (`clippable`:
+   more declared samples than the median, along the referee's descent) and dropped otherwise.
 3. **Direction**: the coordinator's validation set referees (`referee.Referee`). With three updates
    or more, an update is turned away when its cosine with the validation loss's descent at w_t lies
    below what this federation's honest updates reach (`GuardMemory.tolerance`: far in a skewed
@@ -41,7 +43,7 @@ from fedsv.fl.public_steps import PublicSteps, mimicked
 from fedsv.fl.referee import Referee
 from fedsv.fl.reputation import Evidence, Reputation, ReputationChange, marginals
 from fedsv.fl.state import fedavg
-from fedsv.fl.update_bounds import BoundedUpdates, NormBound, along_descent, bound_updates, typical_norm
+from fedsv.fl.update_bounds import BoundedUpdates, NormBound, bound_updates, keep_clipped, typical_norm
 from fedsv.fl.update_screen import null_updates, worse_round
 from fedsv.fl.updates import ClientUpdate, flat_delta
 
@@ -199,16 +201,35 @@ def directions(updates: Sequence[ClientUpdate], referee: Referee) -> Direction:
     )
 
 
-def _descent_cosines(bounded: BoundedUpdates, referee: Referee | None) -> dict[str, float] | None:
-    """The clipped updates' cosines with the referee's descent (None without a referee)."""
-    if referee is None:
-        return None
+ALONG = 0.05
+"""clip-or-reject keeps a clipped update only when its cosine with the validation loss's descent is
+above this (a random direction in a model's space has a cosine near 0)."""
+
+
+def clippable(
+    bounded: BoundedUpdates,
+    updates: Sequence[ClientUpdate],
+    federation_counts: Sequence[int],
+    referee: Referee | None,
+) -> set[str]:
+    """Of the updates clipped to the norm bound, those clip-or-reject keeps: a data-rich member's larger
+    step. Its member declares more samples than the federation's median (more data, more local steps:
+    the honest reason for a larger update that the coordinator can check; a declared count is capped
+    by the weight cap, so a lie buys little) and it points along the referee's descent (cosine above
+    ALONG). Nothing without a referee or declared counts to tell them by."""
+    if referee is None or not federation_counts:
+        return set()
+    median = statistics.median(federation_counts)
+    richer = {u.participant for u in updates if u.participant in bounded.clipped and u.num_samples > median}
+    if not richer:
+        return set()
     descent = referee.descent()
     reference = flat_delta(descent)
     return {
-        u.participant: _cosine(flat_delta({n: u.delta[n] for n in descent}), reference)
+        u.participant
         for u in bounded.updates
-        if u.participant in bounded.clipped
+        if u.participant in richer
+        and _cosine(flat_delta({n: u.delta[n] for n in descent}), reference) > ALONG
     }
 
 
@@ -283,7 +304,7 @@ def guard_updates(
     guarded_norms = settings.history_rounds > 0  # the norms' memory on: the guard's small-round rule too
     bounded = bound_updates(weighted, norm_rule, memory.past(), smaller_of_few=guarded_norms)
     if norm_rule.policy == "clip-or-reject" and bounded.clipped:
-        bounded = along_descent(bounded, _descent_cosines(bounded, referee))
+        bounded = keep_clipped(bounded, clippable(bounded, weighted, federation_counts, referee))
     turned_away: dict[str, float] = {}
     null: dict[str, float] = {}
     worse: dict[str, float] = {}

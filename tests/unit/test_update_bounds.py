@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedsv.data.corruptions import parse_corruption
-from fedsv.fl.update_bounds import ALONG, NormBound, along_descent, bound_updates, round_bound, update_norm
+from fedsv.fl.update_bounds import NormBound, bound_updates, keep_clipped, round_bound, update_norm
 from fedsv.fl.updates import ClientUpdate
 
 
@@ -68,20 +68,18 @@ def test_clip_or_reject_clips_a_rich_member_s_larger_update_and_rejects_an_outsi
     assert everyone_far_over.clipped == ["p9"] and everyone_far_over.rejected == []
 
 
-def test_along_descent_keeps_the_clipped_updates_that_point_along_it_and_never_empties_a_round() -> None:
-    updates = [*(_update(f"p{i}", 1.0) for i in range(3)), _update("along", 5.0), _update("against", 5.0)]
+def test_keep_clipped_keeps_the_eligible_clipped_updates_and_never_empties_a_round() -> None:
+    updates = [*(_update(f"p{i}", 1.0) for i in range(3)), _update("rich", 5.0), _update("other", 5.0)]
     bounded = bound_updates(updates, NormBound(policy="clip-or-reject"))
-    assert bounded.clipped == ["along", "against"]
-    cosines = {"along": ALONG + 0.01, "against": -0.3}
-    kept = along_descent(bounded, cosines)
-    assert kept.clipped == ["along"] and kept.rejected == ["against"]
-    assert [u.participant for u in kept.updates] == ["p0", "p1", "p2", "along"]
-    assert along_descent(bounded, {"along": ALONG, "against": 0.9}).rejected == ["along"]  # not above
-    assert along_descent(bounded, None).rejected == ["along", "against"]  # no referee: nothing to keep by
+    assert bounded.clipped == ["rich", "other"]
+    kept = keep_clipped(bounded, {"rich", "p0"})
+    assert kept.clipped == ["rich"] and kept.rejected == ["other"]
+    assert [u.participant for u in kept.updates] == ["p0", "p1", "p2", "rich"]
+    assert keep_clipped(bounded, set()).rejected == ["rich", "other"]
     only_clipped = bound_updates([_update("a", 5.0)], NormBound(policy="clip-or-reject"), history=[1.0] * 3)
-    assert along_descent(only_clipped, {"a": -1.0}) == only_clipped  # a round is never emptied
+    assert keep_clipped(only_clipped, set()) == only_clipped  # a round is never emptied
     unclipped = bound_updates(updates[:3], NormBound(policy="clip-or-reject"))
-    assert along_descent(unclipped, None) == unclipped
+    assert keep_clipped(unclipped, set()) == unclipped
 
 
 @pytest.mark.parametrize(
