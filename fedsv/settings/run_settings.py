@@ -81,9 +81,10 @@ RUN_SETTINGS: dict[str, Any] = {  # name -> pydantic FieldInfo (Field's type is 
     "update_norm_policy": Field(
         NormPolicy.CLIP_OR_REJECT,
         description=(
-            "an update whose L2 norm is over the bound: clip-or-reject scales it to the bound when it points "
-            "along the validation loss's descent and is within --update-norm-reject-multiple x the bound, "
-            "and drops it otherwise; reject drops it, clip scales it, none accepts it"
+            "an update whose L2 norm is over the bound: clip-or-reject scales it to the bound when it is a "
+            "data-rich member's larger step (more declared samples than the median, along the validation "
+            "loss's descent, within --update-norm-reject-multiple x the bound) and drops it otherwise; "
+            "reject drops it, clip scales it, none accepts it"
         ),
     ),
     "update_norm_bound": Field(
