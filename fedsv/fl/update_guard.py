@@ -73,7 +73,8 @@ class GuardSettings:
 
 
 MARGIN = 0.05
-"""How far below 0 a cosine must lie to count against an update."""
+"""How far below 0 a cosine must lie to count against an update (and, for clip-or-reject's clipped
+updates, how far above 0 to count for one: a random direction in a model's space has a cosine near 0)."""
 SPREAD = 3.0
 """Median absolute deviations of the participants' lowest cosines with the validation descent that an
 update may lie below their median: how far a skewed federation's honest updates are allowed to stray."""
@@ -157,6 +158,12 @@ def _cosine(a: Tensor, b: Tensor) -> float:
     return float(a @ b) / norm if norm > 0 else 0.0
 
 
+def _descent_cosine(update: ClientUpdate, descent: Mapping[str, Tensor], reference: Tensor) -> float:
+    """An update's cosine with the referee's descent (`reference`: the descent flattened), over the
+    descent's parameters."""
+    return _cosine(flat_delta({n: update.delta[n] for n in descent}), reference)
+
+
 def cap_counts(
     updates: Sequence[ClientUpdate], federation_counts: Sequence[int], multiple: float
 ) -> tuple[list[ClientUpdate], dict[str, int]]:
@@ -196,14 +203,9 @@ def directions(updates: Sequence[ClientUpdate], referee: Referee) -> Direction:
     flats = {u.participant: flat_delta(u.delta) for u in updates}
     others = _without_each(updates, flats)
     return Direction(
-        {u.participant: _cosine(flat_delta({n: u.delta[n] for n in descent}), reference) for u in updates},
+        {u.participant: _descent_cosine(u, descent, reference) for u in updates},
         {p: _cosine(flats[p], others[p]) for p in flats},
     )
-
-
-ALONG = 0.05
-"""clip-or-reject keeps a clipped update only when its cosine with the validation loss's descent is
-above this (a random direction in a model's space has a cosine near 0)."""
 
 
 def clippable(
@@ -216,7 +218,7 @@ def clippable(
     step. Its member declares more samples than the federation's median (more data, more local steps:
     the honest reason for a larger update that the coordinator can check; a declared count is capped
     by the weight cap, so a lie buys little) and it points along the referee's descent (cosine above
-    ALONG). Nothing without a referee or declared counts to tell them by."""
+    MARGIN). Nothing without a referee or declared counts to tell them by."""
     if referee is None or not federation_counts:
         return set()
     median = statistics.median(federation_counts)
@@ -228,8 +230,7 @@ def clippable(
     return {
         u.participant
         for u in bounded.updates
-        if u.participant in richer
-        and _cosine(flat_delta({n: u.delta[n] for n in descent}), reference) > ALONG
+        if u.participant in richer and _descent_cosine(u, descent, reference) > MARGIN
     }
 
 
