@@ -7,7 +7,11 @@ trains and values them (fedsv.app.demo.run_demo: the same selections, models and
 federation and value it prints:
 
 - sd/stated: the SD of a member's total across reruns over its mean stated standard error (median
-  over members; 1 means the stated errors are the right size);
+  over members; 1 means the stated errors are the right size), and the same member by member: its
+  10th and 90th percentiles over the members, and the lowest share of reruns in which a member's 95%
+  interval holds its mean total over the reruns (its expected total; 95% where its errors are right).
+  A median of 1 can hide members whose errors are half their size: those members' intervals cover
+  less, and the member-by-member figures show it;
 - twins: the mean |difference| between twins' totals over the mean absolute total, and how often
   twins' 95% intervals overlap (pairs x reruns);
 - share RMSE: the RMSE of a run's payout shares (negative values paid nothing) against each member's
@@ -80,12 +84,38 @@ def shares(totals: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Members:
+    """sd/stated member by member, on the reruns as run: its 10th and 90th percentiles over the members
+    with a known error, and the lowest share of reruns whose 95% interval holds a member's mean total
+    (the member it is lowest for)."""
+
+    low: float
+    high: float
+    coverage: float
+    worst: str
+
+    @classmethod
+    def of(cls, ids: list[str], totals: np.ndarray, errors: np.ndarray) -> Members:
+        stated = np.nanmean(errors, axis=0)
+        known = np.isfinite(stated) & (stated > 0)
+        ratio = totals.std(axis=0, ddof=1)[known] / stated[known]
+        held = np.abs(totals - totals.mean(axis=0)) <= Z95 * errors
+        coverage = held[:, known].mean(axis=0)
+        low, high = np.quantile(ratio, [0.1, 0.9])
+        worst = int(np.argmin(coverage))
+        named = [pid for pid, k in zip(ids, known, strict=True) if k]
+        return cls(float(low), float(high), float(coverage[worst]), named[worst])
+
+
+@dataclass(frozen=True)
 class Figures:
     """One value's figures over a federation's reruns (each an array over the reruns' resamples, the
-    first entry the reruns as run): sd/stated, the share RMSE and its ratio to `fedsv_completed`'s, and
-    with twins their gap and how often their intervals overlap (None without twins)."""
+    first entry the reruns as run): sd/stated (and member by member, on the reruns as run), the share
+    RMSE and its ratio to `fedsv_completed`'s, and with twins their gap and how often their intervals
+    overlap (None without twins)."""
 
     sd_stated: np.ndarray
+    members: Members
     rmse: np.ndarray
     ratio: np.ndarray
     twin_gap: np.ndarray | None
@@ -140,6 +170,7 @@ def measures(federation: Federation, runs: list[FederatedValuation]) -> dict[str
     return {
         key: Figures(
             np.array(row["sd_stated"]),
+            Members.of(ids, *found_values[key]),
             np.array(row["rmse"]),
             np.array(row["ratio"]),
             np.array(row["twin_gap"]) if pairs else None,
@@ -160,17 +191,19 @@ def table(federation: Federation, found: dict[str, Figures], reruns: int) -> str
         f"**{federation.name}** ({reruns} reruns; corrupted: {', '.join(federation.corrupted) or 'none'};"
         f" {LEVEL:.0%} intervals over {BOOTSTRAP} resamples of the reruns)",
         "",
-        "| value | sd / stated | twin gap / mean abs total | twins' 95% intervals overlap | share RMSE "
-        "| vs completed |",
-        "|---|---|---|---|---|---|",
+        "| value | sd / stated | members' sd / stated, 10th-90th percentile | lowest member's 95% coverage "
+        "| twin gap / mean abs total | twins' 95% intervals overlap | share RMSE | vs completed |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key, row in found.items():
         twin = ("-", "-")
         if row.twin_gap is not None and row.overlap is not None:
             twin = (_with_interval(row.twin_gap), f"{row.overlap[0]:.0%}")
+        spread = f"{row.members.low:.2f}-{row.members.high:.2f}"
+        coverage = f"{row.members.coverage:.0%} ({row.members.worst})"
         lines.append(
-            f"| `{key}` | {_with_interval(row.sd_stated)} | {twin[0]} | {twin[1]} | {row.rmse[0]:.4f} | "
-            f"{_with_interval(row.ratio)} |"
+            f"| `{key}` | {_with_interval(row.sd_stated)} | {spread} | {coverage} | {twin[0]} | {twin[1]} | "
+            f"{row.rmse[0]:.4f} | {_with_interval(row.ratio)} |"
         )
     return "\n".join(lines)
 
