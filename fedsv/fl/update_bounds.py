@@ -20,7 +20,7 @@ class NormBound:
 
     policy: "clip-or-reject" (the runtime's default) scales an update over the bound down to it when
         it is within `reject_multiple` times the bound and the guard finds it a data-rich member's
-        (`keep_clipped`, `update_guard.clippable`: its member declares more samples than the
+        (`keep_clipped`, `update_direction.clippable`: its member declares more samples than the
         federation's median and it points along the validation loss's descent), and drops any other.
         An honest member with several times the others' data takes more local steps and sends a larger
         update (2-5x the typical norm on the digits-owners federation), which "reject" turns away in
@@ -147,7 +147,7 @@ def bound_updates(
 
 def keep_clipped(bounded: BoundedUpdates, eligible: Collection[str]) -> BoundedUpdates:
     """clip-or-reject's second test: a clipped update stays only when its member is `eligible` (the
-    guard's test, `update_guard.clippable`); the others are rejected, unless that would leave the round
+    guard's test, `update_direction.clippable`); the others are rejected, unless that would leave the round
     empty."""
     against = [p for p in bounded.clipped if p not in eligible]
     if not against or len(against) == len(bounded.updates):
