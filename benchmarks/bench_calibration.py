@@ -96,11 +96,15 @@ class Members:
 
     @classmethod
     def of(cls, ids: list[str], totals: np.ndarray, errors: np.ndarray) -> Members:
-        stated = np.nanmean(errors, axis=0)
-        known = np.isfinite(stated) & (stated > 0)
+        """From (reruns, members) totals and errors; a rerun whose error for a member is unknown (NaN,
+        or infinite: never selected) is left out of that member's figures, not counted as a miss."""
+        finite = np.isfinite(errors)
+        runs = finite.sum(axis=0)
+        stated = np.where(finite, errors, 0.0).sum(axis=0) / np.maximum(runs, 1)
+        known = (runs > 0) & (stated > 0)
         ratio = totals.std(axis=0, ddof=1)[known] / stated[known]
-        held = np.abs(totals - totals.mean(axis=0)) <= Z95 * errors
-        coverage = held[:, known].mean(axis=0)
+        held = finite & (np.abs(totals - totals.mean(axis=0)) <= Z95 * np.where(finite, errors, 0.0))
+        coverage = held[:, known].sum(axis=0) / runs[known]
         low, high = np.quantile(ratio, [0.1, 0.9])
         worst = int(np.argmin(coverage))
         named = [pid for pid, k in zip(ids, known, strict=True) if k]

@@ -37,3 +37,18 @@ def test_members_without_a_known_error_are_left_out() -> None:
     found = Members.of(ids, totals, errors)
     assert found.worst == "p001" and found.coverage == pytest.approx(0.95, abs=0.015)
     assert found.low == pytest.approx(1.0, abs=0.05) and found.high == pytest.approx(1.0, abs=0.05)
+
+
+def test_a_rerun_with_an_unknown_error_is_not_a_miss() -> None:
+    """A member's error unknown in some reruns (NaN; infinite where it was never selected): those
+    reruns are left out of its figures, and its known errors, right-sized, still cover 95%."""
+    rng = np.random.default_rng(2)
+    ids = ["p000", "p001", "p002"]
+    totals = rng.normal(0.0, 1.0, (3000, 3))
+    errors = np.ones((3000, 3))
+    errors[::3, 0] = np.nan
+    errors[1::3, 1] = np.inf
+    errors[:, 2], totals[:, 2] = 0.0, 0.0
+    found = Members.of(ids, totals, errors)
+    assert found.coverage == pytest.approx(0.95, abs=0.02)
+    assert found.low == pytest.approx(1.0, abs=0.06) and found.high == pytest.approx(1.0, abs=0.06)
