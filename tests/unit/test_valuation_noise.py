@@ -11,7 +11,7 @@ from fedsv.valuation.accounting.by_class import FoldValues
 from fedsv.valuation.accounting.completion import Model
 from fedsv.valuation.accounting.round_matrices import merge_folds
 from fedsv.valuation.errors.noise_persistence import PERSISTENCE, persistent
-from fedsv.valuation.errors.rerun_noise import training_noise
+from fedsv.valuation.errors.rerun_noise import NOISE_PARAMETERS, noise_model, training_noise
 from fedsv.valuation.games.class_scores import fold_of, fold_split
 from fedsv.valuation.games.noise_target import fold_stderr
 
@@ -151,3 +151,29 @@ def test_training_noise_is_what_the_model_leaves_beyond_known_errors() -> None:
         values + persistent[0], mask, np.zeros_like(values), persistent, Model("member means"), 0
     )
     assert by_folds is not None and abs(float(np.median(by_folds.sd)) - 0.3) < 0.05
+
+
+def test_the_noise_is_not_sized_around_a_model_that_spends_most_of_the_entries() -> None:
+    """Ten rounds by eight members, a member's quality times the round's gain plus noise of 0.01: a
+    rank-3 fit (45 parameters for 80 entries) takes a quarter of the noise into itself, so the noise
+    is sized around cross-validation's choice among the models that spend at most half the entries,
+    and comes out at its size; a model within that is kept, and where none is, the simplest."""
+    around_rank3, around_chosen = [], []
+    rank3 = Model("low rank", 3, 1e-6)
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        values = np.outer(np.linspace(0.3, 0.02, 10), rng.uniform(0.2, 1.5, 8)) / 8
+        values += rng.normal(0.0, 0.01, values.shape)
+        mask = np.ones_like(values, dtype=bool)
+        chosen = noise_model(values, mask, rank3, 0)
+        assert chosen.kind != "low rank" or chosen.rank * (10 + 8 - chosen.rank) <= NOISE_PARAMETERS * 80
+        assert noise_model(values, mask, Model("rounds and members"), 0) == Model("rounds and members")
+        for model, out in ((rank3, around_rank3), (chosen, around_chosen)):
+            fitted = training_noise(values, mask, np.zeros_like(values), None, model, 0)
+            assert fitted is not None
+            out.append(float(np.median(fitted.sd)) / 0.01)
+    assert np.mean(around_rank3) < 0.85
+    assert 0.8 < np.mean(around_chosen) < 1.2
+    few = np.zeros((2, 3), dtype=bool)
+    few[0, :2] = few[1, 2] = True  # 3 entries: even the round means spend 2 of them
+    assert noise_model(np.ones((2, 3)), few, rank3, 0) == Model("round means")

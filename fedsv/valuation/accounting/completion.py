@@ -242,11 +242,17 @@ def _holdout_rmse(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model,
     return float(np.sqrt(np.mean(np.square(np.concatenate(errors)))))
 
 
-def choose(values: FloatArray, mask: npt.NDArray[np.bool_], seed: int = 0) -> tuple[Model, float]:
-    """The candidate model with the smallest cross-validated RMSE (ties to the simpler) and that RMSE."""
-    scores = [_holdout_rmse(values, mask, candidate, seed) for candidate in CANDIDATES]
-    best = min(range(len(CANDIDATES)), key=lambda k: (scores[k], k))
-    return CANDIDATES[best], scores[best]
+def choose(
+    values: FloatArray,
+    mask: npt.NDArray[np.bool_],
+    seed: int = 0,
+    candidates: Sequence[Model] = CANDIDATES,
+) -> tuple[Model, float]:
+    """The candidate model (of `candidates`, simplest first) with the smallest cross-validated RMSE
+    (ties to the simpler) and that RMSE."""
+    scores = [_holdout_rmse(values, mask, candidate, seed) for candidate in candidates]
+    best = min(range(len(candidates)), key=lambda k: (scores[k], k))
+    return candidates[best], scores[best]
 
 
 def fit(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int = 0) -> FloatArray:

@@ -20,7 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsv.valuation.accounting.completion import Model, acceptance, choose, completed_totals, fit
+from fedsv.valuation.accounting.completion import (
+    CANDIDATES,
+    Model,
+    acceptance,
+    choose,
+    completed_totals,
+    fit,
+)
 from fedsv.valuation.accounting.round_matrices import (
     BoolArray,
     FloatArray,
@@ -46,6 +53,29 @@ def _parameters(model: Model, rounds: int, members: int) -> int:
     if model.kind == "rounds and members":
         return rounds + members
     return model.rank * (rounds + members - model.rank)
+
+
+NOISE_PARAMETERS = 0.5
+"""The most parameters a noise model may spend, as a share of the observed entries: the noise is sized
+from its residuals in the run, corrected for its parameters as a least-squares fit's would be, and a
+low-rank fit near saturation takes more of the noise than its parameters count (in bench_duplicates'
+seed 1 a rank-3 fit of 80 entries with 45 parameters left residuals of 0.0025 against its held-out
+0.0177, and stated rerun errors 4x too small). docs/valuation.md, "The noise model's choice"."""
+
+
+def noise_model(values: FloatArray, mask: BoolArray, model: Model | None, seed: int) -> Model:
+    """The model the training noise is sized around: the completion's (`model`; None: cross-validation's
+    choice for these values) unless it spends more than NOISE_PARAMETERS of the observed entries, then
+    cross-validation's choice among the candidates that do not (the simplest where none is left)."""
+    rounds, members = int(mask.any(axis=1).sum()), int(mask.any(axis=0).sum())
+    chosen = model or choose(values, mask, seed)[0]
+    limit = NOISE_PARAMETERS * float(mask.sum())
+    if _parameters(chosen, rounds, members) <= limit:
+        return chosen
+    within = [m for m in CANDIDATES if _parameters(m, rounds, members) <= limit]
+    if not within:
+        return min(CANDIDATES, key=lambda m: _parameters(m, rounds, members))
+    return choose(values, mask, seed, within)[0]
 
 
 def training_noise(
@@ -169,13 +199,13 @@ def rerun_part(matrices: RoundMatrices, model: Model | None, count: int, seed: i
     ids = len(matrices.ids)
     unknown = np.full(ids, math.nan)
     accepted, rate = matrices.accepted, acceptance(matrices.mask, matrices.accepted)
-    noise_model = model or choose(matrices.fedsv, accepted, seed)[0]
+    model_of_noise = noise_model(matrices.fedsv, accepted, model, seed)
     keys = ("fedsv", "fedsv_normalized", "fedsv_completed")
     out = dict.fromkeys((*keys, "loo", "loo_normalized"), unknown)
     initial_out = dict.fromkeys(keys, unknown) | dict.fromkeys(("loo", "loo_normalized"), np.zeros(ids))
     validation = fold_deviations(matrices.fedsv_folds, matrices.shares)
     fedsv = training_noise(
-        matrices.fedsv, accepted, matrices.estimator_variance, validation, noise_model, seed
+        matrices.fedsv, accepted, matrices.estimator_variance, validation, model_of_noise, seed
     )
     members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
     relative = dict(out)
@@ -197,7 +227,7 @@ def rerun_part(matrices: RoundMatrices, model: Model | None, count: int, seed: i
         result = RerunPart(out, initial_out, relative, fixed["completed"], shifted)
     zeros = np.zeros_like(matrices.loo)
     loo_folds = fold_deviations(matrices.loo_folds, matrices.shares)
-    loo = training_noise(matrices.loo, accepted, zeros, loo_folds, noise_model, seed)
+    loo = training_noise(matrices.loo, accepted, zeros, loo_folds, model_of_noise, seed)
     loo_names = {"loo": "sum", "loo_normalized": "normalized"}
     if loo is not None:
         loo_draws = replicates(loo, matrices.selected, rate, 0, count, seed)
