@@ -1,0 +1,93 @@
+"""How far the shrunk value's pull lands from the truth, where the truth is known.
+
+Two tables of the mean squared error per member, in units of the noise's variance s^2 (1.00: the
+completed totals themselves, no pull), of fedsv.valuation.accounting.shrinkage's pull with James and
+Stein's degrees of freedom (STEIN = 2, the value since 2026-11-29) and with tau^2 at its plain estimate
+(STEIN = 0, the value before):
+
+- the pull alone: one group of k members given, their true totals spread by tau around a common level;
+- the pull within the verdict's groups, found from the totals as a run finds them
+  (valuation_noise.verdict_groups), k members whose true totals are evenly spaced `gap` s apart (0:
+  equals); beside them, James and Stein's pull towards every member (one group of all, whatever the
+  verdict), which never does worse than no pull on average for k >= 4 (Stein's dominance).
+
+    python benchmarks/bench_pull.py --draws 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+
+import numpy as np
+
+from fedsv.valuation.accounting import shrinkage
+from fedsv.valuation.errors.valuation_noise import verdict_groups
+
+SIZES = (3, 4, 5, 8, 16)
+SPREADS = (0.0, 0.5, 1.0, 2.0, 4.0)
+GAPS = (0.0, 0.5, 1.0, 2.0, 3.0)
+
+
+def risk(k: int, spread: float, stein: int, draws: int, seed: int) -> float:
+    """Mean squared error per member over `draws` groups, in units of the noise's variance."""
+    rng = np.random.default_rng(seed)
+    errors = np.ones(k)
+    shrinkage.STEIN = stein
+    total = 0.0
+    for _ in range(draws):
+        truth = rng.normal(0.0, spread, k)
+        totals = truth + rng.normal(0.0, 1.0, k)
+        pulled = shrinkage.Shrinkage.fit(totals, errors, [list(range(k))]).apply(totals)
+        total += float(np.mean(np.square(pulled - truth)))
+    return total / draws
+
+
+def grouped_risk(k: int, gap: float, stein: int, everyone: bool, draws: int, seed: int) -> float:
+    """The same, members evenly spaced `gap` apart, pulled within the verdict's groups (or, `everyone`,
+    towards all members as one group)."""
+    rng = np.random.default_rng(seed)
+    ids, errors, truth = [f"p{i:03d}" for i in range(k)], np.ones(k), gap * np.arange(k, dtype=np.float64)
+    shrinkage.STEIN = stein
+    total = 0.0
+    for _ in range(draws):
+        totals = truth + rng.normal(0.0, 1.0, k)
+        groups = [list(range(k))] if everyone else verdict_groups(ids, totals, errors)
+        pulled = shrinkage.Shrinkage.fit(totals, errors, groups).apply(totals)
+        total += float(np.mean(np.square(pulled - truth)))
+    return total / draws
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--draws", type=int, default=20000)
+    args = parser.parse_args()
+    print(f"machine: {platform.machine()}, python {platform.python_version()}, {args.draws} draws a cell\n")
+    print("| k | tau / s | James-Stein (the value now) | tau^2 at its plain estimate | no pull (exact) |")
+    print("|---|---|---|---|---|")
+    kept = shrinkage.STEIN
+    try:
+        for k in SIZES:
+            for spread in SPREADS:
+                seed = 1000 * k + int(10 * spread)
+                stein, plain = (risk(k, spread, s, args.draws, seed) for s in (2, 0))
+                print(f"| {k} | {spread:g} | {stein:.3f} | {plain:.3f} | 1.000 |", flush=True)
+        print(
+            "\n| k | gap / s | within the groups: James-Stein (now) | plain estimate | towards everyone: James-Stein |"
+        )
+        print("|---|---|---|---|---|")
+        draws = max(args.draws // 10, 1)  # the verdict's test per draw costs more than the pull
+        for k in SIZES[1:]:
+            for gap in GAPS:
+                seed = 1000 * k + int(10 * gap)
+                found = [
+                    grouped_risk(k, gap, stein, every, draws, seed)
+                    for stein, every in ((2, 0), (0, 0), (2, 1))
+                ]
+                print(f"| {k} | {gap:g} | {found[0]:.3f} | {found[1]:.3f} | {found[2]:.3f} |", flush=True)
+    finally:
+        shrinkage.STEIN = kept
+
+
+if __name__ == "__main__":
+    main()
