@@ -158,7 +158,8 @@ def test_the_noise_is_not_sized_around_a_model_that_spends_most_of_the_entries()
     rank-3 fit (45 parameters for 80 entries) takes a quarter of the noise into itself, so the noise
     is sized around cross-validation's choice among the models that spend at most half the entries,
     and comes out at its size; a model within that is kept, and where none is, the simplest."""
-    around_rank3, around_chosen = [], []
+    around_rank3: list[float] = []
+    around_chosen: list[float] = []
     rank3 = Model("low rank", 3, 1e-6)
     for seed in range(6):
         rng = np.random.default_rng(seed)
