@@ -3,13 +3,14 @@ model, and reruns of the run simulated from them (valuation_noise combines them 
 and the validation set's parts).
 
 The round-by-participant matrix is modelled as the completion does (completion.choose; never with a
-model spending over half the observed entries, noise_model); what the model leaves, less the
-estimator's and the validation set's variance, is the training noise of each round (pooled towards
-the run's, so that early rounds with large gains keep their larger noise) times a per-member scale, persistent over rounds (noise_persistence). Reruns are then simulated: each round
-selects m_t of the N members afresh, each selected update is aggregated as often as the member's were,
-values are the model's plus fresh noise, the first round's gain moves by a draw of the initial models'
-spread (initial_spread), and every total is taken as the run takes it. The same reruns without that
-draw give the training-and-selection part; their difference, the initial model's.
+model spending over half the observed entries, noise_model); what the model leaves, less the estimator's
+and the validation set's variance, is the training noise of each round (pooled towards the run's, so
+that early rounds with large gains keep their larger noise) times a per-member scale, persistent over
+rounds (noise_persistence). Reruns are then simulated: each round selects m_t of the N members afresh,
+each selected update is aggregated as often as the member's were, values are the model's plus fresh
+noise, the first round's gain moves by a draw of the initial models' spread (initial_spread), and every
+total is taken as the run takes it. The same reruns without that draw give the training-and-selection
+part; their difference, the initial model's.
 """
 
 from __future__ import annotations
