@@ -68,7 +68,7 @@ distance, and the order of their evidence survives (what a detection by rank rea
 class Shrinkage:
     """The fitted pull: the groups pulled together (column indices; members with a known total and a
     positive, finite error, two or more to a group), each member's factor B_i (1: not pulled), each
-    member's weight in its group's mean, and tau^2 (NaN: no group to estimate it from)."""
+    member's weight in its group's mean, and tau^2 (NaN: no group, or too few members to estimate it from)."""
 
     groups: tuple[tuple[int, ...], ...]
     factors: FloatArray
