@@ -153,7 +153,8 @@ def test_the_pull_is_james_and_steins() -> None:
 
 def test_too_few_to_estimate_the_pull_from_are_not_pulled() -> None:
     """Three members in one group, or two groups of two, leave two degrees of freedom: no pull of the
-    James-Stein form beats none, and each member keeps its completed total; four in a group are pulled."""
+    James-Stein form beats none, and each member keeps its completed total; a group of three beside one
+    of two (three degrees of freedom) is pulled."""
     totals = np.array([0.10, 0.11, 0.13, 0.30, 0.31])
     errors = np.full(5, 0.02)
     for groups in ([[0, 1, 2]], [[0, 1], [3, 4]]):
