@@ -20,9 +20,9 @@ Bayes (tau^2 at S / f, the value before) pulls f / (f - 2) times as much: less e
 more where a group's members truly differ by their noise or more, which is what the verdict's groups
 hold (members up to about 2.8 standard errors of their difference apart, chained, and grouped because
 they looked close, so S reads their spread low). Measured on the calibration federations, the James-
-Stein pull is nearer the expected shares than the plain one on four of five (all but the main job's),
-by most on the cross-silo one (docs/valuation.md, "The pull"). With f <= 2 (three members pulled at most) nobody is pulled: no pull of that form
-beats none there (Stein's admissibility in two dimensions).
+Stein pull is nearer the expected shares than the plain one on four of five (all but the main job's), by
+most on the cross-silo one (docs/valuation.md, "The pull"). With f <= 2 (three members pulled at most)
+nobody is pulled: no pull of that form beats none there (Stein's admissibility in two dimensions).
 
 What follows for a payout: a member alone in its group (a free rider or a member whose data damage the
 model, once the verdict sets it apart) is paid its completed total, about 0 for a member worth nothing;
