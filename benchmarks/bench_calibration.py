@@ -12,8 +12,9 @@ federation and value it prints:
   interval holds its mean total over the reruns (its expected total; 95% where its errors are right).
   A median of 1 can hide members whose errors are half their size: those members' intervals cover
   less, and the member-by-member figures show it;
-- twins: the mean |difference| between twins' totals over the mean absolute total, and how often
-  twins' 95% intervals overlap (pairs x reruns);
+- twins: the mean |difference| between twins' totals over the mean absolute total, the same in payout
+  shares over the mean share (what they are paid: two twins worth less than nothing are both paid 0),
+  and how often twins' 95% intervals overlap (pairs x reruns);
 - share RMSE: the RMSE of a run's payout shares (negative values paid nothing) against each member's
   expected share, and its ratio to that of `fedsv_completed`. The expected share is the same for every
   value: the member's mean share over the reruns by `fedsv_completed`, the expectation of FedSV over
@@ -115,8 +116,8 @@ class Members:
 class Figures:
     """One value's figures over a federation's reruns (each an array over the reruns' resamples, the
     first entry the reruns as run): sd/stated (and member by member, on the reruns as run), the share
-    RMSE and its ratio to `fedsv_completed`'s, and with twins their gap and how often their intervals
-    overlap (None without twins)."""
+    RMSE and its ratio to `fedsv_completed`'s, and with twins their gap (in values, and in payout
+    shares: what they are paid) and how often their intervals overlap (None without twins)."""
 
     sd_stated: np.ndarray
     members: Members
@@ -124,6 +125,7 @@ class Figures:
     ratio: np.ndarray
     twin_gap: np.ndarray | None
     overlap: np.ndarray | None
+    share_gap: np.ndarray | None = None
 
 
 def _sd_stated(totals: np.ndarray, errors: np.ndarray, resampled: bool) -> float:
@@ -138,6 +140,14 @@ def _sd_stated(totals: np.ndarray, errors: np.ndarray, resampled: bool) -> float
 
 def _rmse(totals: np.ndarray, expected: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(shares(totals) - expected))))
+
+
+def share_gap(totals: np.ndarray, pairs: list[tuple[int, int]]) -> float:
+    """Twins' mean |difference| in payout shares over the mean share: two twins worth less than nothing
+    are both paid 0, however far apart their values."""
+    paid = shares(totals)
+    gaps = np.abs(paid[:, [a for a, _ in pairs]] - paid[:, [b for _, b in pairs]])
+    return float(gaps.mean() / paid.mean())
 
 
 def measures(federation: Federation, runs: list[FederatedValuation]) -> dict[str, Figures]:
@@ -171,6 +181,7 @@ def measures(federation: Federation, runs: list[FederatedValuation]) -> dict[str
                 bound = Z95 * (errors[:, [a for a, _ in pairs]] + errors[:, [b for _, b in pairs]])
                 row.setdefault("twin_gap", []).append(float(gaps.mean() / np.abs(totals).mean()))
                 row.setdefault("overlap", []).append(float((gaps <= bound).mean()))
+                row.setdefault("share_gap", []).append(share_gap(totals, pairs))
     return {
         key: Figures(
             np.array(row["sd_stated"]),
@@ -179,6 +190,7 @@ def measures(federation: Federation, runs: list[FederatedValuation]) -> dict[str
             np.array(row["ratio"]),
             np.array(row["twin_gap"]) if pairs else None,
             np.array(row["overlap"]) if pairs else None,
+            np.array(row["share_gap"]) if pairs else None,
         )
         for key, row in found.items()
     }
@@ -196,17 +208,18 @@ def table(federation: Federation, found: dict[str, Figures], reruns: int) -> str
         f" {LEVEL:.0%} intervals over {BOOTSTRAP} resamples of the reruns)",
         "",
         "| value | sd / stated | members' sd / stated, 10th-90th percentile | lowest member's 95% coverage "
-        "| twin gap / mean abs total | twins' 95% intervals overlap | share RMSE | vs completed |",
-        "|---|---|---|---|---|---|---|---|",
+        "| twin gap / mean abs total | in shares / mean share | twins' 95% intervals overlap | share RMSE "
+        "| vs completed |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for key, row in found.items():
-        twin = ("-", "-")
-        if row.twin_gap is not None and row.overlap is not None:
-            twin = (_with_interval(row.twin_gap), f"{row.overlap[0]:.0%}")
+        twin = ("-", "-", "-")
+        if row.twin_gap is not None and row.overlap is not None and row.share_gap is not None:
+            twin = (_with_interval(row.twin_gap), _with_interval(row.share_gap), f"{row.overlap[0]:.0%}")
         spread = f"{row.members.low:.2f}-{row.members.high:.2f}"
         coverage = f"{row.members.coverage:.0%} ({row.members.worst})"
         lines.append(
-            f"| `{key}` | {_with_interval(row.sd_stated)} | {spread} | {coverage} | {twin[0]} | {twin[1]} | "
+            f"| `{key}` | {_with_interval(row.sd_stated)} | {spread} | {coverage} | {' | '.join(twin)} | "
             f"{row.rmse[0]:.4f} | {_with_interval(row.ratio)} |"
         )
     return "\n".join(lines)

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_calibration import Members
+from bench_calibration import Members, share_gap
 
 
 def test_a_member_with_half_sized_errors_is_named_with_its_coverage() -> None:
@@ -52,3 +52,14 @@ def test_a_rerun_with_an_unknown_error_is_not_a_miss() -> None:
     found = Members.of(ids, totals, errors)
     assert found.coverage == pytest.approx(0.95, abs=0.02)
     assert found.low == pytest.approx(1.0, abs=0.06) and found.high == pytest.approx(1.0, abs=0.06)
+
+
+def test_twins_worth_less_than_nothing_are_paid_alike_however_far_apart_their_values() -> None:
+    """The twins' gap in shares: two twins both below 0 are both paid 0 (gap 0, where their values are
+    far apart); twins paid 30% and 10% of a pot of four members are 0.2 / 0.25 = 0.8 of a mean share
+    apart."""
+    below = np.array([[0.3, -0.5, 0.3, -0.1]])  # members 0 and 2 twins, 1 and 3 twins
+    assert share_gap(below, [(1, 3)]) == 0.0
+    assert share_gap(below, [(0, 2), (1, 3)]) == 0.0
+    paid = np.array([[0.3, 0.3, 0.1, 0.3]])
+    assert share_gap(paid, [(0, 2)]) == pytest.approx(0.8)
