@@ -125,7 +125,7 @@ class Figures:
     ratio: np.ndarray
     twin_gap: np.ndarray | None
     overlap: np.ndarray | None
-    share_gap: np.ndarray | None = None
+    share_gap: np.ndarray | None
 
 
 def _sd_stated(totals: np.ndarray, errors: np.ndarray, resampled: bool) -> float:

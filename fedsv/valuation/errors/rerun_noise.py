@@ -69,13 +69,13 @@ def noise_model(values: FloatArray, mask: BoolArray, model: Model | None, seed: 
     choice for these values) unless it spends more than NOISE_PARAMETERS of the observed entries, then
     cross-validation's choice among the candidates that do not (the simplest where none is left)."""
     rounds, members = int(mask.any(axis=1).sum()), int(mask.any(axis=0).sum())
-    chosen = model or choose(values, mask, seed)[0]
     limit = NOISE_PARAMETERS * float(mask.sum())
-    if _parameters(chosen, rounds, members) <= limit:
-        return chosen
+    if model is not None and _parameters(model, rounds, members) <= limit:
+        return model
     within = [m for m in CANDIDATES if _parameters(m, rounds, members) <= limit]
     if not within:
         return min(CANDIDATES, key=lambda m: _parameters(m, rounds, members))
+    # the best of all candidates, where it is within, is the best of those within: one pass
     return choose(values, mask, seed, within)[0]
 
 
