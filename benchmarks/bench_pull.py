@@ -7,9 +7,12 @@ Stein's degrees of freedom (STEIN = 2, the value since 2026-11-29) and with tau^
 
 - the pull alone: one group of k members given, their true totals spread by tau around a common level;
 - the pull within the verdict's groups, found from the totals as a run finds them
-  (valuation_noise.verdict_groups), k members whose true totals are evenly spaced `gap` s apart (0:
-  equals); beside them, James and Stein's pull towards every member (one group of all, whatever the
-  verdict), which never does worse than no pull on average for k >= 4 (Stein's dominance).
+  (bagging.verdict_groups), k members whose true totals are evenly spaced `gap` s apart (0: equals):
+  the value now, averaged over the groups of BAGS reruns (each total moved by a fresh draw of its
+  noise: bagging.bagged; a fifth of the draws, as it costs BAGS times as much), and within the run's
+  own groups (the value before the averaging); beside them, James and Stein's pull
+  towards every member (one group of all, whatever the verdict), which never does worse than no pull
+  on average for k >= 4 (Stein's dominance).
 
     python benchmarks/bench_pull.py --draws 20000
 """
@@ -22,7 +25,7 @@ import platform
 import numpy as np
 
 from fedsv.valuation.accounting import shrinkage
-from fedsv.valuation.errors.valuation_noise import verdict_groups
+from fedsv.valuation.accounting.bagging import BAGS, bagged, verdict_groups
 
 SIZES = (3, 4, 5, 8, 16)
 SPREADS = (0.0, 0.5, 1.0, 2.0, 4.0)
@@ -43,15 +46,21 @@ def risk(k: int, spread: float, stein: int, draws: int, seed: int) -> float:
     return total / draws
 
 
-def grouped_risk(k: int, gap: float, stein: int, everyone: bool, draws: int, seed: int) -> float:
-    """The same, members evenly spaced `gap` apart, pulled within the verdict's groups (or, `everyone`,
-    towards all members as one group)."""
+def grouped_risk(
+    k: int, gap: float, stein: int, everyone: bool, draws: int, seed: int, bag: bool = False
+) -> float:
+    """The same, members evenly spaced `gap` apart, pulled within the verdict's groups (`bag`: averaged
+    over reruns' groups; or, `everyone`, towards all members as one group)."""
     rng = np.random.default_rng(seed)
     ids, errors, truth = [f"p{i:03d}" for i in range(k)], np.ones(k), gap * np.arange(k, dtype=np.float64)
     shrinkage.STEIN = stein
     total = 0.0
     for _ in range(draws):
         totals = truth + rng.normal(0.0, 1.0, k)
+        if bag:
+            pulled = bagged(ids, totals, errors, None, rng.normal(0.0, 1.0, (BAGS, k))).apply(totals)
+            total += float(np.mean(np.square(pulled - truth)))
+            continue
         groups = [list(range(k))] if everyone else verdict_groups(ids, totals, errors)
         pulled = shrinkage.Shrinkage.fit(totals, errors, groups).apply(totals)
         total += float(np.mean(np.square(pulled - truth)))
@@ -72,18 +81,21 @@ def main() -> None:
                 seed = 1000 * k + int(10 * spread)
                 stein, plain = (risk(k, spread, s, args.draws, seed) for s in (2, 0))
                 print(f"| {k} | {spread:g} | {stein:.3f} | {plain:.3f} | 1.000 |", flush=True)
-        print("\n| k | gap / s | within the groups: James-Stein (now) | plain estimate", end=" ")
-        print("| towards everyone: James-Stein |")
-        print("|---|---|---|---|---|")
+        print(
+            "\n| k | gap / s | averaged over reruns' groups (now) | within the run's groups: James-Stein",
+            end=" ",
+        )
+        print("| plain estimate | towards everyone: James-Stein |")
+        print("|---|---|---|---|---|---|")
         draws = max(args.draws // 10, 1)  # the verdict's test per draw costs more than the pull
         for k in SIZES[1:]:
             for gap in GAPS:
                 seed = 1000 * k + int(10 * gap)
-                found = [
+                found = [grouped_risk(k, gap, 2, False, max(draws // 5, 1), seed, bag=True)] + [
                     grouped_risk(k, gap, stein, every, draws, seed)
                     for stein, every in ((2, False), (0, False), (2, True))
                 ]
-                print(f"| {k} | {gap:g} | {found[0]:.3f} | {found[1]:.3f} | {found[2]:.3f} |", flush=True)
+                print(f"| {k} | {gap:g} | " + " | ".join(f"{x:.3f}" for x in found) + " |", flush=True)
     finally:
         shrinkage.STEIN = kept
 

@@ -94,7 +94,7 @@ class FederatedValuation:
     def totals(self) -> dict[str, dict[str, float]]:
         """Per participant, the totals of TOTAL_KEYS: the sums(), fedsv_completed (completed()) and
         fedsv_shrunk (each completed total pulled by its noise towards the members the verdict cannot
-        tell it from: shrinkage.py, valuation_noise.verdict_groups)."""
+        tell it from, averaged over the groups reruns would find: shrinkage.py, bagging.py)."""
         out = self.sums()
         out["fedsv_completed"], out["fedsv_shrunk"] = {}, {}
         if self._rounds:

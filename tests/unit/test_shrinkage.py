@@ -6,8 +6,8 @@ import itertools
 
 import numpy as np
 
+from fedsv.valuation.accounting.bagging import verdict_groups
 from fedsv.valuation.accounting.shrinkage import MIN_FACTOR, Shrinkage
-from fedsv.valuation.errors.valuation_noise import verdict_groups
 
 MEMBERS = 20
 IDS = [f"p{i:03d}" for i in range(MEMBERS)]

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from fedsv.valuation import FederatedValuation, RoundValues
+from fedsv.valuation.accounting.bagging import BAGS
 from fedsv.valuation.accounting.by_class import FoldValues
 from fedsv.valuation.accounting.completion import Model
 from fedsv.valuation.accounting.round_matrices import merge_folds
@@ -106,11 +107,15 @@ def test_noise_persisting_as_assumed_is_stated_at_its_size() -> None:
 def test_the_recommended_value_states_the_spread_its_moving_groups_give() -> None:
     """Two levels of members (0.6 and 1.4) that one run's verdict splits into groups one way and a rerun
     another: the shrunk value pulls each member towards its group, so its totals move with the groups,
-    and its stated error must say so. Measured: 0.98 (the completed value's 0.91); with every
-    simulated rerun held to the run's own groups, 1.34 (the two-way form of the value before: 1.8)."""
+    and its stated error must say so. Measured: 0.87 with the pull averaged over reruns' groups (the
+    completed value's 0.91); 0.98 with the run's own groups; with every simulated rerun held to the
+    run's own groups, 1.34 (the two-way form of the value before: 1.8). The run's pull is averaged over
+    BAGS simulated reruns' groups."""
     quality = np.array([0.6] * 5 + [1.4] * 5)
-    ratios = _ratios([simulated_run(seed, quality=quality) for seed in range(32)], ("fedsv_shrunk",))
+    runs = [simulated_run(seed, quality=quality) for seed in range(32)]
+    ratios = _ratios(runs, ("fedsv_shrunk",))
     assert 0.8 < ratios["fedsv_shrunk"] < 1.25, ratios
+    assert runs[0].uncertainty().shrinkage.draws == BAGS
 
 
 def test_another_initial_model_moves_the_pot_and_the_stated_error_follows() -> None:

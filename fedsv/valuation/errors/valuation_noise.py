@@ -17,10 +17,10 @@ message; the initial models' scores are forward passes when the run starts), com
   every member alike, so Uncertainty.between leaves it out of the error of a difference between two
   members.
 
-The shrunk value (shrinkage.py) is linear in the completed totals once its groups and factors are
-fixed, so its estimator's and validation parts are the completed value's through that map; its rerun
-part pulls every simulated rerun's completed totals again, within the groups that rerun's own verdict
-gives (a real rerun's verdict may group a member otherwise). The
+The shrunk value (shrinkage.py, averaged over the verdict's groups of simulated reruns: bagging.py) is
+linear in the completed totals once fitted, so its estimator's and validation parts are the completed
+value's through that map; its rerun part pulls every simulated rerun's completed totals again, averaged
+over groups found around that rerun (a real rerun's verdict may group a member otherwise). The
 assumptions, and where they fail: docs/valuation.md;
 benchmarks/bench_calibration.py measures how the stated errors compare with the spread of real reruns.
 """
@@ -28,11 +28,11 @@ benchmarks/bench_calibration.py measures how the stated errors compare with the 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from fedsv.valuation.accounting.bagging import BAGS, INNER, Pull, bagged
 from fedsv.valuation.accounting.completion import Model, completed_totals
 from fedsv.valuation.accounting.round_matrices import (
     FloatArray,
@@ -40,8 +40,6 @@ from fedsv.valuation.accounting.round_matrices import (
     centered,
     norms,
 )
-from fedsv.valuation.accounting.shrinkage import Shrinkage
-from fedsv.valuation.accounting.verdict import verdict
 from fedsv.valuation.errors.rerun_noise import REPLICATES, RerunPart, rerun_part, spread
 from fedsv.valuation.games.noise_target import fold_stderr
 
@@ -60,14 +58,14 @@ class Uncertainty:
     """Per value (TOTAL_KEYS) and part (COMPONENTS): each participant's standard error (NaN: unknown)."""
 
     parts: dict[str, dict[str, FloatArray]]
-    shrinkage: Shrinkage  # the shrunk value's fit (shrinkage.py) with the verdict's groups
+    shrinkage: Pull  # the shrunk value's pull (bagging.py), averaged over the verdict's groups of reruns
     relative: dict[str, dict[str, FloatArray]]  # BETWEEN's parts of each total less the members' mean
 
     def shrunk(self, completed: FloatArray) -> FloatArray:
         """The shrunk totals of the run's completed totals (N,): each pulled towards the members of its
-        verdict group by the share of its distance from them that is noise; a member alone in its
-        group keeps its completed total (the expectation of its FedSV over the selection: about 0 for
-        a member worth nothing)."""
+        verdict group by the share of its distance from them that is noise, averaged over the groups
+        reruns would find; a member set apart in (nearly) every rerun keeps (nearly) its completed
+        total (the expectation of its FedSV over the selection: about 0 for a member worth nothing)."""
         return self.shrinkage.apply(completed)
 
     def stderr(self, key: str) -> FloatArray:
@@ -130,7 +128,7 @@ def _estimator(matrices: RoundMatrices) -> dict[str, FloatArray]:
 
 def _shrunk_parts(
     matrices: RoundMatrices,
-    shrinkage: Shrinkage,
+    shrinkage: Pull,
     reruns: RerunPart,
     completed: tuple[FloatArray, FloatArray],  # the completed value's estimator part (N,), fold totals (N, F)
     errors: FloatArray,  # the completed totals' errors against the members' mean, which group them
@@ -138,7 +136,7 @@ def _shrunk_parts(
     """The shrunk value's parts, and those of its totals less the members' mean: the estimator's and
     the validation set's through its linear map; a rerun's and the initial model's from the simulated
     reruns' completed totals, started from totals that spread as the fit estimates (as_fitted) and
-    each pulled within the groups its own verdict gives."""
+    each pulled as the run is, averaged over the groups found around it (INNER draws)."""
     shrink = shrinkage.map()
     linked = np.asarray(shrink != 0.0, dtype=np.bool_)  # a member's shrunk total takes these totals
     members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
@@ -157,12 +155,11 @@ def _shrunk_parts(
     if reruns.completed is not None:
         center = reruns.completed.mean(axis=0)
         start = shrinkage.as_fitted(center) - center
+        deviations = reruns.completed - center
+        inner = deviations[BAGS : BAGS + INNER] if deviations.shape[0] > BAGS else deviations[:INNER]
 
         def pulled(draws: FloatArray) -> FloatArray:
-            out = []
-            for draw in draws + start:
-                own = verdict_groups(matrices.ids, draw, errors)
-                out.append(Shrinkage.fit(draw, errors, own, members).apply(draw))
+            out = [bagged(matrices.ids, draw, errors, members, inner).apply(draw) for draw in draws + start]
             return np.array(out)
 
         fixed = pulled(reruns.completed)
@@ -178,19 +175,6 @@ def _shrunk_parts(
     )
 
 
-def verdict_groups(ids: Sequence[str], totals: FloatArray, between: FloatArray) -> list[list[int]] | None:
-    """The verdict's groups (verdict.py) of completed totals by their errors against the members' mean
-    (`between`), as column indices: the members the shrunk value pulls each other towards. None (one
-    group) where the verdict cannot test (fewer than two members with a known error)."""
-    found = verdict(
-        dict(zip(ids, map(float, totals), strict=True)), dict(zip(ids, map(float, between), strict=True))
-    )
-    if math.isnan(found.p_value):
-        return None
-    column = {pid: k for k, pid in enumerate(ids)}
-    return [[column[pid] for pid in group] for group in found.groups]
-
-
 def uncertainty(
     matrices: RoundMatrices,
     model: Model | None,
@@ -198,9 +182,10 @@ def uncertainty(
     replicates: int = REPLICATES,
     seed: int = 0,
 ) -> Uncertainty:
-    """Every total's standard error by part, and the shrunk value's fit (shrinkage.py) with the
-    verdict's groups (verdict_groups) of the run's completed `totals` (completion.complete's, by
-    `model`: None where nothing was missing), the totals it pulls."""
+    """Every total's standard error by part, and the shrunk value's pull (bagging.py: averaged over
+    the verdict's groups of the run's completed `totals` moved by BAGS of the simulated reruns'
+    deviations; completion.complete's totals, by `model`: None where nothing was missing), the totals
+    it pulls."""
     never = ~matrices.mask.any(axis=0)
     validation, validation_relative, completed_folds = _validation(matrices, model, seed)
     estimator = _estimator(matrices)
@@ -216,7 +201,8 @@ def uncertainty(
         by_key["fedsv_completed"] = np.where(never, math.inf, by_key["fedsv_completed"])
     errors = np.sqrt(sum(np.square(relative[part]["fedsv_completed"]) for part in BETWEEN))
     members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
-    shrinkage = Shrinkage.fit(totals, errors, verdict_groups(matrices.ids, totals, errors), members)
+    bags = None if reruns.completed is None else (reruns.completed - reruns.completed.mean(axis=0))[:BAGS]
+    shrinkage = bagged(matrices.ids, totals, errors, members, bags)
     completed = (estimator["fedsv_completed"], completed_folds)
     shrunk, shrunk_relative = _shrunk_parts(matrices, shrinkage, reruns, completed, errors)
     for name, value in shrunk.items():

@@ -1,0 +1,104 @@
+"""The shrunk value's pull averaged over the groups the verdict finds in simulated reruns (bagging).
+
+The verdict's groups are a hard decision: a member whose total sits near the edge of a group is pulled
+towards it in one run and not in the next, and the group's mean it is pulled to changes with the
+members that happened to join. The shrunk value then moves between reruns more than the completed
+totals it is made from, and jumps when a member's evidence moves a little across the edge.
+
+Averaged over reruns simulated from the run's own noise (the deviations of rerun_noise's simulated
+completed totals from their mean: what a rerun would move each total by), the pull becomes a smooth
+function of the evidence (Breiman's bagging; Buehlmann and Yu, "Analyzing bagging", 2002: averaging
+a hard threshold over resamples cuts its variance most where the decision is closest). Each draw finds
+its groups in the run's totals moved by one deviation (verdict_groups), and the pull within them is
+fitted to the run's own totals (shrinkage.Shrinkage.fit); the value is the average of those linear maps,
+so it is linear in the completed totals once fitted, as each map is, and the estimator's and the
+validation set's parts of its error follow through it (valuation_noise).
+
+What follows: members the verdict groups in nearly every draw (twins, equals) are pulled together
+nearly as before; a member the verdict sets apart in nearly every draw (a free rider, a member whose
+data damage the model) keeps nearly all its completed total; a member near an edge is pulled in
+proportion to how often a rerun would group it. Measured where the truth is known
+(benchmarks/bench_pull.py) and on the calibration federations (docs/valuation.md, "The pull, averaged").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedsv.valuation.accounting.round_matrices import BoolArray, FloatArray
+from fedsv.valuation.accounting.shrinkage import Shrinkage
+from fedsv.valuation.accounting.verdict import verdict
+
+BAGS = 50
+"""Draws the run's pull is averaged over: a member grouped in a share p of reruns is pulled by p to
+within about sqrt(p (1 - p) / BAGS), 0.07 at most."""
+
+INNER = 8
+"""Draws each simulated rerun's own pull is averaged over (its part of the shrunk value's rerun error:
+BAGS per rerun would cost REPLICATES times as much; 8 and 40 gave the same stated errors to 0.02)."""
+
+
+def verdict_groups(ids: Sequence[str], totals: FloatArray, between: FloatArray) -> list[list[int]] | None:
+    """The verdict's groups (verdict.py) of completed totals by their errors against the members' mean
+    (`between`), as column indices: the members the shrunk value pulls each other towards. None (one
+    group) where the verdict cannot test (fewer than two members with a known error)."""
+    found = verdict(
+        dict(zip(ids, map(float, totals), strict=True)), dict(zip(ids, map(float, between), strict=True))
+    )
+    if math.isnan(found.p_value):
+        return None
+    column = {pid: k for k, pid in enumerate(ids)}
+    return [[column[pid] for pid in group] for group in found.groups]
+
+
+@dataclass(frozen=True)
+class Pull:
+    """The fitted pull: the (N, N) linear map from completed totals to shrunk ones, its counterpart with
+    each factor's square root (as_fitted), and how many draws it was averaged over (1: the run's own
+    groups, unaveraged)."""
+
+    full: FloatArray
+    half: FloatArray
+    draws: int
+
+    @classmethod
+    def of(cls, fits: Sequence[Shrinkage]) -> Pull:
+        """The average of fitted pulls (one or more)."""
+        full = np.mean([fit.map() for fit in fits], axis=0)
+        half = np.mean([fit.map(0.5) for fit in fits], axis=0)
+        return cls(np.asarray(full, dtype=np.float64), np.asarray(half, dtype=np.float64), len(fits))
+
+    def map(self) -> FloatArray:
+        """The (N, N) map from completed totals to shrunk ones."""
+        return self.full
+
+    def apply(self, totals: FloatArray) -> FloatArray:
+        """The shrunk totals of completed totals (..., N)."""
+        return np.asarray(np.einsum("ij,...j->...i", self.full, totals), dtype=np.float64)
+
+    def as_fitted(self, totals: FloatArray) -> FloatArray:
+        """Totals (..., N) that spread within their groups as the fit estimates the true totals do, to
+        simulate reruns from (Shrinkage.as_fitted, averaged as the pull is)."""
+        return np.asarray(np.einsum("ij,...j->...i", self.half, totals), dtype=np.float64)
+
+
+def bagged(
+    ids: Sequence[str],
+    totals: FloatArray,
+    errors: FloatArray,
+    members: BoolArray | None,
+    deviations: FloatArray | None,
+) -> Pull:
+    """The pull of completed `totals` (N,) with `errors` against the members' mean, averaged over the
+    verdict's groups of the totals moved by each row of `deviations` (draws, N: what a rerun would move
+    them by; NaN counts as 0); with none, the pull within the run's own groups. `members`: those with
+    an aggregated update (Shrinkage.fit)."""
+    if deviations is None or deviations.shape[0] == 0:
+        return Pull.of([Shrinkage.fit(totals, errors, verdict_groups(ids, totals, errors), members)])
+    moved = totals + np.nan_to_num(deviations, nan=0.0, posinf=0.0, neginf=0.0)
+    fits = [Shrinkage.fit(totals, errors, verdict_groups(ids, draw, errors), members) for draw in moved]
+    return Pull.of(fits)

@@ -1,0 +1,101 @@
+"""The shrunk value's pull averaged over the groups the verdict finds in simulated reruns (bagging.py)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from fedsv.valuation.accounting.bagging import BAGS, bagged, verdict_groups
+from fedsv.valuation.accounting.shrinkage import Shrinkage
+
+
+def ids(k: int) -> list[str]:
+    return [f"p{i:03d}" for i in range(k)]
+
+
+def deviations(errors: np.ndarray, seed: int) -> np.ndarray:
+    """What BAGS reruns would move each total by: its own noise."""
+    return np.random.default_rng(seed).normal(0.0, 1.0, (BAGS, errors.shape[0])) * errors
+
+
+def risk(k: int, gap: float, bag: bool, draws: int) -> float:
+    """Mean squared error per member, in units of the noise's variance, of k members whose true totals
+    are `gap` noise SDs apart, pulled within the verdict's groups (bag: averaged over reruns' groups)."""
+    rng = np.random.default_rng(1000 * k + int(10 * gap))
+    errors, truth = np.ones(k), gap * np.arange(k, dtype=np.float64)
+    total = 0.0
+    for _ in range(draws):
+        totals = truth + rng.normal(0.0, 1.0, k)
+        moved = rng.normal(0.0, 1.0, (BAGS, k)) if bag else None
+        total += float(np.mean(np.square(bagged(ids(k), totals, errors, None, moved).apply(totals) - truth)))
+    return total / draws
+
+
+def test_members_that_truly_differ_are_not_pulled_to_a_worse_place_than_no_pull() -> None:
+    """Members a noise SD apart: the verdict groups neighbours because they looked close, and the pull
+    within one run's groups lands further from the truth than no pull (1.0); averaged over the groups of
+    reruns it lands about at 1.0, while equals are still pulled together (well under 1.0)."""
+    hard, averaged = risk(8, 1.0, False, 300), risk(8, 1.0, True, 300)
+    assert hard > 1.15 and averaged < 1.08 and averaged < hard - 0.1, (hard, averaged)
+    assert risk(8, 0.0, True, 300) < 0.5
+
+
+def test_a_small_move_of_a_members_evidence_moves_its_value_a_little() -> None:
+    """One member's total moved in steps of 0.05 noise SDs from beside a worthless member to among six
+    equals: within the run's own groups its value jumps by over a noise SD where the verdict regroups
+    it; averaged over reruns' groups no step moves it by more than a seventh of that jump, and it rises
+    with its evidence."""
+    errors = np.full(8, 0.01)
+    base = np.array([0.10, 0.101, 0.099, 0.102, 0.098, 0.10, 0.05, 0.0])
+    moved = deviations(errors, 0)
+    hard, averaged = [], []
+    for x in np.linspace(0.03, 0.10, 141):
+        totals = base.copy()
+        totals[6] = x
+        hard.append(bagged(ids(8), totals, errors, None, None).apply(totals)[6])
+        averaged.append(bagged(ids(8), totals, errors, None, moved).apply(totals)[6])
+    jump = float(np.max(np.abs(np.diff(hard))))
+    assert jump > 0.01
+    assert np.max(np.abs(np.diff(averaged))) < jump / 7
+    assert averaged[-1] - averaged[0] > 0.06
+
+
+def test_a_member_set_apart_in_every_rerun_keeps_its_evidence_and_equals_are_pulled_together() -> None:
+    """A free rider worth nothing beside nineteen equals, far beyond what a rerun moves either: every
+    rerun's verdict sets it apart, so it keeps its completed total exactly; the equals' spread is more
+    than halved on average."""
+    truth = np.full(20, 0.05)
+    truth[7] = 0.0
+    errors = np.full(20, 0.002)
+    spread = []
+    for seed in range(5):
+        totals = truth + np.random.default_rng(seed).normal(0.0, 0.002, 20)
+        pull = bagged(ids(20), totals, errors, None, deviations(errors, seed))
+        shrunk = pull.apply(totals)
+        assert shrunk[7] == totals[7] and pull.draws == BAGS
+        honest = np.arange(20) != 7
+        spread.append(np.std(shrunk[honest]) / np.std(totals[honest]))
+    assert np.mean(spread) < 0.5, spread
+
+
+def test_the_averaged_pull_is_linear_keeps_the_order_of_levels_and_is_the_single_fit_without_reruns() -> None:
+    """Three levels far apart: the averaged map is linear (the errors' parts rely on it) and a better
+    level is paid more than a worse one; with no reruns to average over it is the run's own fit."""
+    truth = np.repeat([0.02, 0.05, 0.08], [7, 7, 6])
+    errors = 0.004 * np.linspace(0.5, 2.0, 20)
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        totals = truth + rng.normal(0.0, 1.0, 20) * errors
+        pull = bagged(ids(20), totals, errors, None, deviations(errors, seed))
+        shrunk = pull.apply(totals)
+        other = rng.normal(0.0, 0.01, 20)
+        both = pull.apply(np.stack([totals, other, totals + 2 * other]))
+        assert np.allclose(both[2], both[0] + 2 * both[1]) and np.allclose(pull.map() @ totals, shrunk)
+        levels = [np.flatnonzero(truth == level) for level in (0.08, 0.05, 0.02)]
+        for better, worse in itertools.pairwise(levels):
+            assert shrunk[better].min() > shrunk[worse].max()
+        single = Shrinkage.fit(totals, errors, verdict_groups(ids(20), totals, errors))
+        alone = bagged(ids(20), totals, errors, None, None)
+        assert alone.draws == 1 and np.array_equal(alone.apply(totals), single.apply(totals))
+        assert np.allclose(alone.as_fitted(totals), single.as_fitted(totals))
