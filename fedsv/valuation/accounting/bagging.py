@@ -9,10 +9,20 @@ Averaged over reruns simulated from the run's own noise (the deviations of rerun
 completed totals from their mean: what a rerun would move each total by), the pull becomes a smooth
 function of the evidence (Breiman's bagging; Buehlmann and Yu, "Analyzing bagging", 2002: averaging
 a hard threshold over resamples cuts its variance most where the decision is closest). Each draw finds
-its groups in the run's totals moved by one deviation (verdict_groups), and the pull within them is
-fitted to the run's own totals (shrinkage.Shrinkage.fit); the value is the average of those linear maps,
-so it is linear in the completed totals once fitted, as each map is, and the estimator's and the
-validation set's parts of its error follow through it (valuation_noise).
+its groups in the totals moved by one deviation (verdict_groups), and the pull within them is fitted to
+the run's own totals (shrinkage.Shrinkage.fit); the value is the average of those linear maps, so it is
+linear in the completed totals once fitted, as each map is, and the estimator's and the validation
+set's parts of its error follow through it (valuation_noise).
+
+Where the draws start (AROUND): the run's totals already hold one rerun's noise, so totals moved by
+another deviation spread as two reruns' noise would, and the verdict splits equals in them far more
+often than in a real rerun (twenty equals kept a third of their spread on average, where the pull
+within the run's own groups kept a sixth: tests/unit/test_bagging.py). The draws start from the
+totals as the pull fits the truth (each total pulled towards its group by the square root of its
+factor, Shrinkage.as_fitted), and that fit is itself the average over draws from the run's totals,
+so the start, too, moves smoothly with the evidence: equals keep a seventh of their spread, and a
+member's value moves by at most 0.16 errors for a step of 0.05 (started from the run's own groups'
+fit instead, 0.53: a third of the hard pull's jump).
 
 What follows: members the verdict groups in nearly every draw (twins, equals) are pulled together
 nearly as before; a member the verdict sets apart in nearly every draw (a free rider, a member whose
@@ -36,6 +46,11 @@ from fedsv.valuation.accounting.verdict import verdict
 BAGS = 50
 """Draws the run's pull is averaged over: a member grouped in a share p of reruns is pulled by p to
 within about sqrt(p (1 - p) / BAGS), 0.07 at most."""
+
+AROUND = "bag"
+"""Where the draws start: "bag", the run's totals as the pull averaged over draws from them fits the
+truth (as_fitted; twice the fits); "fit", as the run's own groups' fit does (jumps where those groups
+change); "totals", the run's totals (their noise counts twice). Measured: docs/valuation.md."""
 
 INNER = 8
 """Draws each simulated rerun's own pull is averaged over (its part of the shrunk value's rerun error:
@@ -94,11 +109,25 @@ def bagged(
     deviations: FloatArray | None,
 ) -> Pull:
     """The pull of completed `totals` (N,) with `errors` against the members' mean, averaged over the
-    verdict's groups of the totals moved by each row of `deviations` (draws, N: what a rerun would move
-    them by; NaN counts as 0); with none, the pull within the run's own groups. `members`: those with
-    an aggregated update (Shrinkage.fit)."""
+    verdict's groups of the totals (started where AROUND says) moved by each row of `deviations`
+    (draws, N: what a rerun would move them by; NaN counts as 0); with none, the pull within the run's
+    own groups. `members`: those with an aggregated update (Shrinkage.fit)."""
+    own = Shrinkage.fit(totals, errors, verdict_groups(ids, totals, errors), members)
     if deviations is None or deviations.shape[0] == 0:
-        return Pull.of([Shrinkage.fit(totals, errors, verdict_groups(ids, totals, errors), members)])
-    moved = totals + np.nan_to_num(deviations, nan=0.0, posinf=0.0, neginf=0.0)
+        return Pull.of([own])
+    shifts = np.nan_to_num(deviations, nan=0.0, posinf=0.0, neginf=0.0)
+    if AROUND == "fit":
+        center = own.as_fitted(totals)
+    elif AROUND == "bag":
+        center = _averaged(ids, totals, errors, members, totals + shifts).as_fitted(totals)
+    else:
+        center = totals
+    return _averaged(ids, totals, errors, members, center + shifts)
+
+
+def _averaged(
+    ids: Sequence[str], totals: FloatArray, errors: FloatArray, members: BoolArray | None, moved: FloatArray
+) -> Pull:
+    """The pull fitted to `totals` within each row of `moved`'s groups, averaged."""
     fits = [Shrinkage.fit(totals, errors, verdict_groups(ids, draw, errors), members) for draw in moved]
     return Pull.of(fits)
