@@ -8,8 +8,9 @@ Stein's degrees of freedom (STEIN = 2, the value since 2026-11-29) and with tau^
 - the pull alone: one group of k members given, their true totals spread by tau around a common level;
 - the pull within the verdict's groups, found from the totals as a run finds them
   (bagging.verdict_groups), k members whose true totals are evenly spaced `gap` s apart (0: equals):
-  the value now, averaged over the groups of BAGS reruns (each total moved by a fresh draw of its
-  noise: bagging.bagged; a fifth of the draws, as it costs BAGS times as much), and within the run's
+  the value now, averaged over the groups of BAGS reruns (each draw a fresh one of the noise, from
+  where bagging.AROUND starts them: bagging.bagged; a fifth of the draws, as it costs BAGS times as
+  much), and within the run's
   own groups (the value before the averaging); beside them, James and Stein's pull
   towards every member (one group of all, whatever the verdict), which never does worse than no pull
   on average for k >= 4 (Stein's dominance).
