@@ -112,9 +112,10 @@ def bagged(
     verdict's groups of the totals (started where AROUND says) moved by each row of `deviations`
     (draws, N: what a rerun would move them by; NaN counts as 0); with none, the pull within the run's
     own groups. `members`: those with an aggregated update (Shrinkage.fit)."""
-    own = Shrinkage.fit(totals, errors, verdict_groups(ids, totals, errors), members)
-    if deviations is None or deviations.shape[0] == 0:
-        return Pull.of([own])
+    if deviations is None or deviations.shape[0] == 0 or AROUND == "fit":
+        own = Shrinkage.fit(totals, errors, verdict_groups(ids, totals, errors), members)
+        if deviations is None or deviations.shape[0] == 0:
+            return Pull.of([own])
     shifts = np.nan_to_num(deviations, nan=0.0, posinf=0.0, neginf=0.0)
     if AROUND == "fit":
         center = own.as_fitted(totals)

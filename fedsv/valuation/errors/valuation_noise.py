@@ -132,6 +132,7 @@ def _shrunk_parts(
     reruns: RerunPart,
     completed: tuple[FloatArray, FloatArray],  # the completed value's estimator part (N,), fold totals (N, F)
     errors: FloatArray,  # the completed totals' errors against the members' mean, which group them
+    deviations: FloatArray | None,  # the simulated reruns' completed totals less their mean
 ) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
     """The shrunk value's parts, and those of its totals less the members' mean: the estimator's and
     the validation set's through its linear map; a rerun's and the initial model's from the simulated
@@ -152,10 +153,9 @@ def _shrunk_parts(
     validation[unsplit] = validation_relative[unsplit] = math.nan
     unknown = np.full(len(matrices.ids), math.nan)
     rerun, rerun_relative, initial = unknown, unknown, unknown
-    if reruns.completed is not None:
+    if reruns.completed is not None and deviations is not None:
         center = reruns.completed.mean(axis=0)
         start = shrinkage.as_fitted(center) - center
-        deviations = reruns.completed - center
         inner = deviations[BAGS : BAGS + INNER] if deviations.shape[0] > BAGS else deviations[:INNER]
 
         def pulled(draws: FloatArray) -> FloatArray:
@@ -201,10 +201,11 @@ def uncertainty(
         by_key["fedsv_completed"] = np.where(never, math.inf, by_key["fedsv_completed"])
     errors = np.sqrt(sum(np.square(relative[part]["fedsv_completed"]) for part in BETWEEN))
     members = np.asarray(matrices.accepted.any(axis=0), dtype=np.bool_)
-    bags = None if reruns.completed is None else (reruns.completed - reruns.completed.mean(axis=0))[:BAGS]
+    deviations = None if reruns.completed is None else reruns.completed - reruns.completed.mean(axis=0)
+    bags = None if deviations is None else deviations[:BAGS]
     shrinkage = bagged(matrices.ids, totals, errors, members, bags)
     completed = (estimator["fedsv_completed"], completed_folds)
-    shrunk, shrunk_relative = _shrunk_parts(matrices, shrinkage, reruns, completed, errors)
+    shrunk, shrunk_relative = _shrunk_parts(matrices, shrinkage, reruns, completed, errors, deviations)
     for name, value in shrunk.items():
         parts[name]["fedsv_shrunk"] = value
     for name, value in shrunk_relative.items():
