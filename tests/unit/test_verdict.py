@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from fedsv.valuation.accounting.verdict import verdict
+from fedsv.valuation.accounting.verdict import column_groups, verdict
 
 
 def test_equal_members_with_noisy_values_are_not_told_apart() -> None:
@@ -43,3 +43,43 @@ def test_the_test_holds_its_level_on_equal_members() -> None:
         values = {f"p{i}": float(rng.normal(0, e)) for i, e in enumerate(errors)}
         rejections += verdict(values, {f"p{i}": float(e) for i, e in enumerate(errors)}).distinguishes
     assert 0.02 <= rejections / 400 <= 0.09
+
+
+def test_groups_of_many_draws_at_once_are_the_verdicts_own() -> None:
+    """column_groups (every draw tested at once, what the averaged pull calls) gives verdict()'s groups
+    as column indices, on draws that split, that do not, with tied values (ordered by name) and with
+    an unknown error (left to verdict() itself)."""
+    rng = np.random.default_rng(3)
+    ids = [f"p{i:03d}" for i in (4, 1, 7, 0, 3, 6, 2, 5)]  # columns not in name order
+    errors = rng.uniform(0.5, 2.0, len(ids))
+    draws = np.concatenate(
+        [
+            rng.normal(0.0, 1.0, (40, len(ids))),  # mostly one group
+            rng.normal(np.arange(len(ids)) * 2.0, 1.0, (40, len(ids))),  # several
+            np.round(rng.normal(0.0, 3.0, (40, len(ids)))),  # ties
+            np.outer(np.linspace(0.0, 10.0, 200), np.eye(len(ids))[0]),  # one member apart: p near the level
+        ]
+    )
+
+    def expected(row: np.ndarray, errs: np.ndarray) -> list[list[int]] | None:
+        found = verdict(
+            dict(zip(ids, map(float, row), strict=True)), dict(zip(ids, map(float, errs), strict=True))
+        )
+        if math.isnan(found.p_value):
+            return None
+        return [[ids.index(pid) for pid in group] for group in found.groups]
+
+    got = column_groups(ids, draws, errors)
+    assert got == [expected(row, errors) for row in draws]
+    assert {len(g) for g in got if g is not None} != {1}  # some draws were split
+    p_values = [
+        verdict(
+            dict(zip(ids, map(float, r), strict=True)), dict(zip(ids, map(float, errors), strict=True))
+        ).p_value
+        for r in draws
+    ]
+    assert sum(0.025 <= p < 0.05 and len(g) > 1 for p, g in zip(p_values, got, strict=True) if g) >= 3
+    unknown = errors.copy()
+    unknown[2] = math.nan
+    assert column_groups(ids, draws[:10], unknown) == [expected(row, unknown) for row in draws[:10]]
+    assert column_groups(ids[:1], draws[:3, :1], errors[:1]) == [None] * 3

@@ -33,7 +33,6 @@ proportion to how often a rerun would group it. Measured where the truth is know
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -41,7 +40,7 @@ import numpy as np
 
 from fedsv.valuation.accounting.round_matrices import BoolArray, FloatArray
 from fedsv.valuation.accounting.shrinkage import Shrinkage
-from fedsv.valuation.accounting.verdict import verdict
+from fedsv.valuation.accounting.verdict import Groups, column_groups
 
 BAGS = 50
 """Draws the run's pull is averaged over: a member grouped in a share p of reruns is pulled by p to
@@ -57,17 +56,13 @@ INNER = 8
 BAGS per rerun would cost REPLICATES times as much; 8 and 40 gave the same stated errors to 0.02)."""
 
 
-def verdict_groups(ids: Sequence[str], totals: FloatArray, between: FloatArray) -> list[list[int]] | None:
+def verdict_groups(ids: Sequence[str], totals: FloatArray, between: FloatArray) -> Groups:
     """The verdict's groups (verdict.py) of completed totals by their errors against the members' mean
     (`between`), as column indices: the members the shrunk value pulls each other towards. None (one
     group) where the verdict cannot test (fewer than two members with a known error)."""
-    found = verdict(
-        dict(zip(ids, map(float, totals), strict=True)), dict(zip(ids, map(float, between), strict=True))
-    )
-    if math.isnan(found.p_value):
-        return None
-    column = {pid: k for k, pid in enumerate(ids)}
-    return [[column[pid] for pid in group] for group in found.groups]
+    return column_groups(
+        ids, np.asarray(totals, dtype=np.float64)[None], np.asarray(between, dtype=np.float64)
+    )[0]
 
 
 @dataclass(frozen=True)
@@ -130,5 +125,5 @@ def _averaged(
     ids: Sequence[str], totals: FloatArray, errors: FloatArray, members: BoolArray | None, moved: FloatArray
 ) -> Pull:
     """The pull fitted to `totals` within each row of `moved`'s groups, averaged."""
-    fits = [Shrinkage.fit(totals, errors, verdict_groups(ids, draw, errors), members) for draw in moved]
+    fits = [Shrinkage.fit(totals, errors, groups, members) for groups in column_groups(ids, moved, errors)]
     return Pull.of(fits)

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from fedsv.valuation.accounting.low_rank import als
+
 FloatArray = npt.NDArray[np.float64]
 
 RANKS = (1, 2, 3)
@@ -57,9 +59,6 @@ mean number of observed entries per row (a factor's entries scale as the square 
 
 FOLDS = 5
 ADDITIVE_ITERATIONS = 25
-ITERATIONS = 200
-TOLERANCE = 1e-7
-"""ALS stops when the fit moves less than this, relative to its size."""
 
 
 @dataclass(frozen=True)
@@ -105,15 +104,6 @@ class Completed:
     chosen: Model | None = None  # the model that filled the missing entries (None: nothing missing)
 
 
-def _solve_rows(values: FloatArray, mask: FloatArray, factor: FloatArray, ridge: float) -> FloatArray:
-    """For every row t at once: argmin_a sum_i mask[t, i] (values[t, i] - a . factor[i])^2 + ridge |a|^2."""
-    rank = factor.shape[1]
-    outer = (factor[:, :, None] * factor[:, None, :]).reshape(factor.shape[0], rank * rank)
-    gram = (mask @ outer).reshape(mask.shape[0], rank, rank) + ridge * np.eye(rank)
-    moment = (mask * values) @ factor
-    return np.asarray(np.linalg.solve(gram, moment[..., None])[..., 0], dtype=np.float64)
-
-
 @dataclass(frozen=True)
 class RoundMatrix:
     """What a completion starts from: the participants (columns), and per round (rows) their values,
@@ -138,9 +128,10 @@ class RoundMatrix:
 
 
 def acceptance(mask: npt.NDArray[np.bool_], accepted: npt.NDArray[np.bool_]) -> FloatArray:
-    """Each member's share of its selected updates that were aggregated (1 for one never selected)."""
-    selected = mask.sum(axis=0)
-    return np.where(selected > 0, accepted.sum(axis=0) / np.maximum(selected, 1), 1.0)
+    """Each member's share of its selected updates that were aggregated (1 for one never selected);
+    (T, N) masks give (N,), stacked (R, T, N) ones (R, N)."""
+    selected = mask.sum(axis=-2)
+    return np.where(selected > 0, accepted.sum(axis=-2) / np.maximum(selected, 1), 1.0)
 
 
 def completed_totals(
@@ -153,92 +144,77 @@ def completed_totals(
 ) -> FloatArray:
     """sum_t weights_t V^[t, i]: V^ the value where selected (0 where turned away), else the model's
     prediction from the aggregated updates times the member's acceptance: a member whose updates are
-    turned away is predicted to be turned away as often where it was not selected."""
+    turned away is predicted to be turned away as often where it was not selected. (T, N) arrays give
+    (N,); stacked (R, T, N) ones, R reruns' matrices fitted together, give (R, N)."""
     filled = np.where(accepted, values, 0.0)
     if model is not None:
-        predicted = fit(filled, accepted, model, seed) * acceptance(mask, accepted)[None, :]
+        predicted = fit(filled, accepted, model, seed) * acceptance(mask, accepted)[..., None, :]
         filled = np.where(mask, filled, predicted)
     return np.asarray(weights @ filled, dtype=np.float64)
 
 
 def _within_observed(predicted: FloatArray, values: FloatArray, mask: npt.NDArray[np.bool_]) -> FloatArray:
     """Each prediction held within the range of the values observed in its round together with those
-    observed of its member (a round or a member with none observed adds no bound)."""
+    observed of its member (a round or a member with none observed adds no bound); (..., T, N)."""
 
     def bounds(axis: int) -> tuple[FloatArray, FloatArray]:
         low = np.where(mask, values, np.inf).min(axis=axis)
         high = np.where(mask, values, -np.inf).max(axis=axis)
         return np.expand_dims(low, axis), np.expand_dims(high, axis)
 
-    (round_low, round_high), (member_low, member_high) = bounds(1), bounds(0)
+    (round_low, round_high), (member_low, member_high) = bounds(-1), bounds(-2)
     low, high = np.minimum(round_low, member_low), np.maximum(round_high, member_high)
-    rounds, members = np.asarray(mask.any(axis=1)), np.asarray(mask.any(axis=0))
-    unbounded = ~(rounds[:, None] | members[None, :])  # an empty side's bounds are +-inf: the other's hold
+    rounds, members = mask.any(axis=-1, keepdims=True), mask.any(axis=-2, keepdims=True)
+    unbounded = ~(rounds | members)  # an empty side's bounds are +-inf: the other's hold
     low, high = np.where(unbounded, -np.inf, low), np.where(unbounded, np.inf, high)
     return np.asarray(np.clip(predicted, low, high), dtype=np.float64)
 
 
 def _fit(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int) -> FloatArray:
-    """The model's prediction of every entry from the masked ones."""
-    if model.kind == "round means":
-        means = np.where(mask, values, 0.0).sum(axis=1) / np.maximum(mask.sum(axis=1), 1)
-        return np.repeat(means[:, None], values.shape[1], axis=1)
-    if model.kind == "member means":
-        means = np.where(mask, values, 0.0).sum(axis=0) / np.maximum(mask.sum(axis=0), 1)
-        return np.repeat(means[None, :], values.shape[0], axis=0)
+    """The model's prediction of every entry from the masked ones; (T, N) or stacked (R, T, N), each
+    matrix fitted on its own."""
+    if values.ndim == 2:
+        return _fit(values[None], mask[None], model, seed)[0]
+    observed, count = np.where(mask, values, 0.0), mask.astype(np.float64)
+    if model.kind in ("round means", "member means"):
+        axis = -1 if model.kind == "round means" else -2
+        means = observed.sum(axis=axis, keepdims=True) / np.maximum(count.sum(axis=axis, keepdims=True), 1)
+        return np.broadcast_to(means, values.shape).copy()
     if model.kind == "rounds and members":
         return _additive(values, mask, model.ridge)
-    scale = float(np.sqrt(np.mean(np.square(values[mask])))) * max(float(mask.sum(axis=1).mean()), 1.0)
-    return _als(values, mask, model.rank, model.ridge * max(scale, 1e-30), seed)
+    square = np.square(observed).sum(axis=(1, 2)) / np.maximum(count.sum(axis=(1, 2)), 1)
+    scale = np.sqrt(square) * np.maximum(count.sum(axis=2).mean(axis=1), 1.0)
+    return als(values, mask, model.rank, model.ridge * np.maximum(scale, 1e-30), seed)
 
 
 def _additive(values: FloatArray, mask: npt.NDArray[np.bool_], ridge: float) -> FloatArray:
     """level_t + offset_i fitted to the masked entries by alternating means, each offset the mean of the
-    member's residuals over its observations plus `ridge` (so pulled towards 0)."""
+    member's residuals over its observations plus `ridge` (so pulled towards 0); (R, T, N)."""
     weights = mask.astype(np.float64)
     observed = np.where(mask, values, 0.0)
-    rows, columns = np.maximum(weights.sum(axis=1), 1.0), weights.sum(axis=0)
-    offset = np.zeros(values.shape[1])
+    rows, columns = np.maximum(weights.sum(axis=2), 1.0), weights.sum(axis=1)
+    offset = np.zeros((values.shape[0], values.shape[2]))
     for _ in range(ADDITIVE_ITERATIONS):
-        level = (observed - weights * offset).sum(axis=1) / rows
-        offset = (observed - weights * level[:, None]).sum(axis=0) / np.maximum(columns + ridge, 1e-12)
-    return np.asarray(level[:, None] + offset[None, :], dtype=np.float64)
-
-
-def _als(values: FloatArray, mask: npt.NDArray[np.bool_], rank: int, ridge: float, seed: int) -> FloatArray:
-    """A rank-`rank` fit A B^T of the masked entries by alternating ridge least squares, started from the
-    top singular vectors of the zero-filled matrix (spectral initialization; from a random start ALS
-    can stall with a factor blowing up). A column or row with no observed entry gets a zero factor."""
-    weights = mask.astype(np.float64)
-    share = max(float(weights.mean()), 1e-12)
-    _, singular, right = np.linalg.svd(np.where(mask, values, 0.0) / share, full_matrices=False)
-    b = right[:rank].T * np.sqrt(singular[:rank])
-    if b.shape[1] < rank:  # fewer singular vectors than the rank: pad with seeded noise
-        pad = np.random.default_rng(seed).normal(scale=1e-3, size=(b.shape[0], rank - b.shape[1]))
-        b = np.concatenate([b, pad], axis=1)
-    fit = np.zeros(values.shape)
-    for _ in range(ITERATIONS):
-        a = _solve_rows(values, weights, b, ridge)
-        b = _solve_rows(values.T, weights.T, a, ridge)
-        fit, previous = a @ b.T, fit
-        if np.linalg.norm(fit - previous) <= TOLERANCE * max(float(np.linalg.norm(fit)), 1e-300):
-            break
-    return np.asarray(fit, dtype=np.float64)
+        level = (observed - weights * offset[:, None, :]).sum(axis=2) / rows
+        offset = (observed - weights * level[:, :, None]).sum(axis=1) / np.maximum(columns + ridge, 1e-12)
+    return np.asarray(level[:, :, None] + offset[:, None, :], dtype=np.float64)
 
 
 def _holdout_rmse(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int) -> float:
-    """Root-mean-square error of the completion on observed entries held out, FOLDS folds."""
+    """Root-mean-square error of the completion on observed entries held out, FOLDS folds (fitted
+    together, each on its own)."""
     observed = np.argwhere(mask)
     if observed.shape[0] < 2 * FOLDS:
         return math.inf
     folds = np.random.default_rng(seed).permutation(observed.shape[0]) % FOLDS
-    errors = []
-    for k in range(FOLDS):
-        held = observed[folds == k]
-        train = mask.copy()
-        train[held[:, 0], held[:, 1]] = False
-        fit = _fit(values, train, model, seed)
-        errors.append(fit[held[:, 0], held[:, 1]] - values[held[:, 0], held[:, 1]])
+    train = np.repeat(mask[None], FOLDS, axis=0)
+    train[folds, observed[:, 0], observed[:, 1]] = False
+    fits = _fit(np.broadcast_to(values, train.shape), train, model, seed)
+    errors = [
+        fits[k, held[:, 0], held[:, 1]] - values[held[:, 0], held[:, 1]]
+        for k in range(FOLDS)
+        for held in [observed[folds == k]]
+    ]
     return float(np.sqrt(np.mean(np.square(np.concatenate(errors)))))
 
 
@@ -259,7 +235,7 @@ def fit(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int
     """`model`'s prediction of every entry of the round-by-participant matrix from the masked ones, each
     held within the range of the values observed in its round and of its member (cross-validation
     chooses the model on its plain predictions: measured, nearer the reruns' mean on three calibration
-    federations of four than choosing on the held ones, docs/valuation.md)."""
+    federations of four than choosing on the held ones, docs/valuation.md); (T, N) or (R, T, N)."""
     filled = np.where(mask, values, 0.0)
     return _within_observed(_fit(filled, mask, model, seed), filled, mask)
 

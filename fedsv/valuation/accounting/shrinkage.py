@@ -114,11 +114,11 @@ class Shrinkage:
 
     def means(self) -> FloatArray:
         """The (N, N) map from totals to each pulled member's group mean (rows of 0 for the others)."""
-        out = np.zeros((self.factors.shape[0], self.factors.shape[0]))
-        for group in self.groups:
-            index = list(group)
-            out[np.ix_(index, index)] = np.tile(self.weights[index], (len(index), 1))
-        return out
+        label = np.full(self.factors.shape[0], -1)
+        for g, group in enumerate(self.groups):
+            label[list(group)] = g
+        same = (label[:, None] == label[None, :]) & (label[:, None] >= 0)
+        return np.where(same, self.weights[None, :], 0.0)
 
     def map(self, power: float = 1.0) -> FloatArray:
         """The (N, N) linear map from completed totals to shrunk ones, m_g + B_i^power (c_i - m_g) for a

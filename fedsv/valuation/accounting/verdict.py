@@ -7,7 +7,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 from scipy.stats import chi2
+
+Groups = list[list[int]] | None
+"""Groups as column indices (None: the verdict could not test)."""
 
 Z95 = 1.959964
 """Two values differ at 95% when they are more than Z95 combined standard errors apart."""
@@ -121,3 +126,45 @@ def owners_verdict(
     found = verdict(pooled, pooled_errors)
     groups = [[pid for key in group for pid in members[key]] for group in found.groups]
     return Verdict(found.statistic, found.p_value, found.members, groups)
+
+
+def column_groups(
+    ids: Sequence[str], draws: npt.NDArray[np.float64], errors: npt.NDArray[np.float64]
+) -> list[Groups]:
+    """verdict()'s groups of each row of `draws` (D, N: values of the members `ids`) with `errors` (N,),
+    as column indices, all rows tested at once; None for a row the verdict cannot test (fewer than two
+    members with a known error). What the pull's draws call thousands of times per uncertainty."""
+    if not (np.all(np.isfinite(errors) & (errors > 0)) and np.all(np.isfinite(draws))):
+        named = dict(zip(ids, map(float, errors), strict=True))
+        return [_columns(ids, verdict(dict(zip(ids, map(float, row), strict=True)), named)) for row in draws]
+    if len(ids) < 2:
+        return [None] * draws.shape[0]
+    weights = 1.0 / np.square(errors)
+    mean = draws @ weights / weights.sum()
+    statistics = np.square(draws - mean[:, None]) @ weights
+    p_values = chi2.sf(statistics, len(ids) - 1)
+    by_name = np.argsort(np.argsort(np.asarray(ids, dtype=object)))
+    out: list[Groups] = []
+    for row, p_value in zip(draws, p_values, strict=True):
+        order = np.lexsort((by_name, -row))
+        if not p_value < LEVEL:
+            out.append([[int(i) for i in order]])
+            continue
+        groups: list[list[int]] = []
+        leader = -1
+        for i in map(int, order):
+            if leader >= 0 and not abs(row[leader] - row[i]) > Z95 * math.hypot(errors[leader], errors[i]):
+                groups[-1].append(i)
+                continue
+            groups.append([i])
+            leader = i
+        out.append(groups)
+    return out
+
+
+def _columns(ids: Sequence[str], found: Verdict) -> Groups:
+    """A verdict's groups as column indices of `ids` (None where it could not test)."""
+    if math.isnan(found.p_value):
+        return None
+    column = {pid: k for k, pid in enumerate(ids)}
+    return [[column[pid] for pid in group] for group in found.groups]

@@ -61,7 +61,7 @@ def persistent(white: FloatArray, rho: float) -> FloatArray:
 
 
 def residuals(values: FloatArray, mask: BoolArray, model: Model, seed: int) -> FloatArray:
-    """What `model`, fitted to the masked entries, leaves of them (0 elsewhere)."""
+    """What `model`, fitted to the masked entries, leaves of them (0 elsewhere); (T, N) or (R, T, N)."""
     return np.where(mask, values - fit(values, mask, model, seed), 0.0)
 
 
@@ -79,7 +79,7 @@ def absorbed(
     sizes = []
     for persistence in (0.0, rho):
         draws = noise.center + noise.sd * persistent(white, persistence)
-        left = np.array([residuals(d, mask, model, seed) for d in draws])
+        left = residuals(draws, np.broadcast_to(mask, draws.shape), model, seed)  # every draw fitted at once
         sizes.append(float(np.square(left / scale)[:, mask].mean()))
     share = sizes[1] / max(sizes[0], 1e-300)
     return TrainingNoise(noise.center, noise.sd / math.sqrt(max(share, 1e-6)), rho)

@@ -162,16 +162,18 @@ def simulate(
     """Each member's totals over simulated reruns, (replicates, N): the sum and the normalized sum; if
     `completed`, the completed value too (the completion refitted with `model` in every rerun)."""
     weights = np.asarray(selected, dtype=np.float64) / draws[0].values.shape[1] if draws else np.ones(0)
-    out: dict[str, list[FloatArray]] = {"sum": [], "normalized": [], "completed": []}
+    out: dict[str, list[FloatArray]] = {"sum": [], "normalized": []}
     for draw in draws:
         observed = np.where(draw.accepted, draw.values, 0.0)
         out["sum"].append(observed.sum(axis=0))
         out["normalized"].append((observed / norms(draw.values, draw.accepted)[:, None]).sum(axis=0))
-        if completed:
-            out["completed"].append(
-                completed_totals(draw.values, draw.mask, draw.accepted, weights, model, seed)
-            )
-    return {key: np.array(d) for key, d in out.items() if d}
+    found = {key: np.array(d) for key, d in out.items() if d}
+    if completed and draws:  # every rerun's completion fitted at once (stacked), each on its own
+        values, mask, accepted = (
+            np.array([getattr(d, name) for d in draws]) for name in ("values", "mask", "accepted")
+        )
+        found["completed"] = completed_totals(values, mask, accepted, weights, model, seed)
+    return found
 
 
 def spread(draws: FloatArray) -> FloatArray:
