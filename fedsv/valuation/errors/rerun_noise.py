@@ -101,7 +101,11 @@ def training_noise(
         return None
     kept = (observed - params) / observed
     residual = np.where(mask, values - center, 0.0)
-    seen = None if validation is None else np.array([residuals(d, mask, model, seed) for d in validation])
+    seen = (
+        None
+        if validation is None
+        else residuals(validation, np.broadcast_to(mask, validation.shape), model, seed)
+    )
     explained = kept * np.where(mask, np.nan_to_num(estimator_variance), 0.0)
     if seen is not None:
         explained = explained + np.square(seen).sum(axis=0)
