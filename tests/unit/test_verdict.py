@@ -47,8 +47,8 @@ def test_the_test_holds_its_level_on_equal_members() -> None:
 
 def test_groups_of_many_draws_at_once_are_the_verdicts_own() -> None:
     """column_groups (every draw tested at once, what the averaged pull calls) gives verdict()'s groups
-    as column indices, on draws that split, that do not, with tied values (ordered by name) and with
-    an unknown error (left to verdict() itself)."""
+    as column indices, on draws that split, that do not, with tied values (ordered by name), with
+    unknown errors and with an exact value."""
     rng = np.random.default_rng(3)
     ids = [f"p{i:03d}" for i in (4, 1, 7, 0, 3, 6, 2, 5)]  # columns not in name order
     errors = rng.uniform(0.5, 2.0, len(ids))
@@ -79,7 +79,11 @@ def test_groups_of_many_draws_at_once_are_the_verdicts_own() -> None:
         for r in draws
     ]
     assert sum(0.025 <= p < 0.05 and len(g) > 1 for p, g in zip(p_values, got, strict=True) if g) >= 3
-    unknown = errors.copy()
-    unknown[2] = math.nan
-    assert column_groups(ids, draws[:10], unknown) == [expected(row, unknown) for row in draws[:10]]
+    for unknown_at in ([2], [0, 5]):  # members left out of the test: groups of their own
+        unknown = errors.copy()
+        unknown[unknown_at] = [math.nan, math.inf][: len(unknown_at)]
+        assert column_groups(ids, draws, unknown) == [expected(row, unknown) for row in draws]
+    exact = errors.copy()
+    exact[3] = 0.0  # an exact value: verdict()'s own rule
+    assert column_groups(ids, draws[:20], exact) == [expected(row, exact) for row in draws[:20]]
     assert column_groups(ids[:1], draws[:3, :1], errors[:1]) == [None] * 3

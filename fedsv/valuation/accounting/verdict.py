@@ -131,33 +131,38 @@ def owners_verdict(
 def column_groups(
     ids: Sequence[str], draws: npt.NDArray[np.float64], errors: npt.NDArray[np.float64]
 ) -> list[Groups]:
-    """verdict()'s groups of each row of `draws` (D, N: values of the members `ids`) with `errors` (N,),
-    as column indices, all rows tested at once; None for a row the verdict cannot test (fewer than two
-    members with a known error). What the pull's draws call thousands of times per uncertainty."""
-    if not (np.all(np.isfinite(errors) & (errors > 0)) and np.all(np.isfinite(draws))):
+    """verdict()'s groups of each row of `draws` (D, N: values of the members `ids`) with `errors` (N,;
+    NaN or inf: unknown), as column indices, all rows tested at once; None for a row the verdict cannot
+    test (fewer than two members with a known error). What the pull's draws call thousands of times
+    per uncertainty."""
+    known = np.isfinite(errors)
+    if np.any(errors[known] == 0) or not np.all(np.isfinite(draws)):  # verdict()'s special cases
         named = dict(zip(ids, map(float, errors), strict=True))
         return [_columns(ids, verdict(dict(zip(ids, map(float, row), strict=True)), named)) for row in draws]
-    if len(ids) < 2:
+    if known.sum() < 2:
         return [None] * draws.shape[0]
-    weights = 1.0 / np.square(errors)
-    mean = draws @ weights / weights.sum()
-    statistics = np.square(draws - mean[:, None]) @ weights
-    p_values = chi2.sf(statistics, len(ids) - 1)
+    weights = 1.0 / np.square(errors[known])
+    tested = draws[:, known]
+    mean = tested @ weights / weights.sum()
+    p_values = chi2.sf(np.square(tested - mean[:, None]) @ weights, int(known.sum()) - 1)
     by_name = np.argsort(np.argsort(np.asarray(ids, dtype=object)))
     out: list[Groups] = []
     for row, p_value in zip(draws, p_values, strict=True):
-        order = np.lexsort((by_name, -row))
-        if not p_value < LEVEL:
-            out.append([[int(i) for i in order]])
+        order = [int(i) for i in np.lexsort((by_name, -row))]
+        if not p_value < LEVEL:  # no difference found: the known members are one group
+            out.append([[i for i in order if known[i]]] + [[i] for i in order if not known[i]])
             continue
         groups: list[list[int]] = []
         leader = -1
-        for i in map(int, order):
-            if leader >= 0 and not abs(row[leader] - row[i]) > Z95 * math.hypot(errors[leader], errors[i]):
+        for i in order:
+            if not known[i]:  # left out of the test: a group of its own, and the chain starts again
+                groups.append([i])
+                leader = -1
+            elif leader >= 0 and not abs(row[leader] - row[i]) > Z95 * math.hypot(errors[leader], errors[i]):
                 groups[-1].append(i)
-                continue
-            groups.append([i])
-            leader = i
+            else:
+                groups.append([i])
+                leader = i
         out.append(groups)
     return out
 
