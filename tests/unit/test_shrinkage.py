@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 
 from fedsv.valuation.accounting.bagging import verdict_groups
-from fedsv.valuation.accounting.shrinkage import MIN_FACTOR, Shrinkage
+from fedsv.valuation.accounting.shrinkage import MIN_FACTOR, STEIN, Fits, Shrinkage
 
 MEMBERS = 20
 IDS = [f"p{i:03d}" for i in range(MEMBERS)]
@@ -162,3 +162,50 @@ def test_too_few_to_estimate_the_pull_from_are_not_pulled() -> None:
         assert fit.groups == () and np.array_equal(fit.apply(totals), totals), groups
     pulled = Shrinkage.fit(totals, errors, [[0, 1, 2], [3, 4]])
     assert pulled.groups and np.ptp(pulled.apply(totals)[:3]) < np.ptp(totals[:3])
+
+
+def _by_hand(totals: np.ndarray, errors: np.ndarray, groups: list[list[int]] | None) -> np.ndarray:
+    """James and Stein's pull within `groups`, written out: the (N, N) map to shrunk totals."""
+    noise = errors**2
+    usable = np.isfinite(noise) & (noise > 0)
+    pulled = [[i for i in g if usable[i]] for g in groups or []]
+    pulled = [g for g in pulled if len(g) >= 2]
+    out = np.eye(totals.shape[0])
+    members = [i for g in pulled for i in g]
+    freedom = sum(len(g) - 1 for g in pulled)
+    if not pulled or freedom - STEIN <= 0:
+        return out
+    squares = 0.0
+    for g in pulled:
+        w = (1 / noise[g]) / (1 / noise[g]).sum()
+        squares += float(((totals[g] - w @ totals[g]) ** 2).sum())
+    tau2 = max(squares / (freedom - STEIN) - noise[members].mean(), MIN_FACTOR * noise[members].mean())
+    for g in pulled:
+        w = (1 / noise[g]) / (1 / noise[g]).sum()
+        for i in g:
+            b = tau2 / (tau2 + noise[i])
+            out[i] = 0.0
+            out[i, g] = (1 - b) * w
+            out[i, i] += b
+    return out
+
+
+def test_the_pulls_of_many_groupings_at_once_average_the_pull_written_out() -> None:
+    """Fits (what the averaged pull fits thousands of times per uncertainty) gives, averaged over the
+    groupings, the pull written out by hand: groups of one, members of unknown or no error, a grouping
+    of None and groupings too small to estimate a pull from (f <= 2) included."""
+    rng = np.random.default_rng(4)
+    totals = rng.normal(0.1, 0.02, 12)
+    errors = rng.uniform(0.005, 0.02, 12)
+    errors[3], errors[7] = np.nan, 0.0
+    groupings: list[list[list[int]] | None] = [None, [[0, 1, 2], [4]], [list(range(12))]]
+    for _ in range(30):
+        order = rng.permutation(12)
+        cuts = np.sort(rng.choice(np.arange(1, 12), rng.integers(0, 6), replace=False))
+        groupings.append([list(map(int, part)) for part in np.split(order, cuts)])
+    fits = Fits.of(totals, errors, groupings)
+    expected = np.mean([_by_hand(totals, errors, g) for g in groupings], axis=0)
+    np.testing.assert_allclose(fits.maps(), expected, rtol=1e-10, atol=1e-12)
+    half = np.mean([Shrinkage.fit(totals, errors, g).map(0.5) for g in groupings], axis=0)
+    np.testing.assert_allclose(fits.maps(0.5), half, rtol=1e-10, atol=1e-12)
+    assert np.isnan(fits.between[0]) and np.isnan(fits.between[1])  # nobody pulled; f = 1 - 2 < 0

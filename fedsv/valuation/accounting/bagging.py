@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsv.valuation.accounting.round_matrices import BoolArray, FloatArray
-from fedsv.valuation.accounting.shrinkage import Shrinkage
+from fedsv.valuation.accounting.shrinkage import Fits, Shrinkage
 from fedsv.valuation.accounting.verdict import Groups, column_groups
 
 BAGS = 50
@@ -125,5 +125,5 @@ def _averaged(
     ids: Sequence[str], totals: FloatArray, errors: FloatArray, members: BoolArray | None, moved: FloatArray
 ) -> Pull:
     """The pull fitted to `totals` within each row of `moved`'s groups, averaged."""
-    fits = [Shrinkage.fit(totals, errors, groups, members) for groups in column_groups(ids, moved, errors)]
-    return Pull.of(fits)
+    fits = Fits.of(totals, errors, column_groups(ids, moved, errors), members)
+    return Pull(fits.maps(), fits.maps(0.5), moved.shape[0])

@@ -87,30 +87,12 @@ class Shrinkage:
         unknown, 0: neither pulled nor pulling) within `groups` (the verdict's; None: nothing can be
         told, nobody pulled); `aggregated`: the members with an aggregated update (None: all). A member
         turned away in every round is worth 0, exactly: neither pulled nor pulling."""
-        totals, noise = np.asarray(totals, dtype=np.float64), np.square(np.asarray(errors, dtype=np.float64))
-        usable = np.isfinite(totals) & np.isfinite(noise) & (noise > 0)
-        if aggregated is not None:
-            usable &= aggregated
-        kept = [tuple(i for i in group if usable[i]) for group in groups or []]
-        pulled = tuple(group for group in kept if len(group) >= 2)
-        factors, weights = np.ones(totals.shape[0]), np.zeros(totals.shape[0])
-        if not pulled:
-            return cls((), factors, weights, float("nan"))
-        squares, freedom = 0.0, 0
-        for group in pulled:
-            index = list(group)
-            weights[index] = (1.0 / noise[index]) / np.sum(1.0 / noise[index])
-            mean = float(weights[index] @ totals[index])
-            squares += float(np.sum(np.square(totals[index] - mean)))
-            freedom += len(group) - 1
-        members = [i for group in pulled for i in group]
-        mean_noise = float(noise[members].mean())
-        quantile = float(freedom - STEIN) if CONFIDENCE is None else float(chi2.ppf(CONFIDENCE, freedom))
-        if quantile <= 0.0:  # too few to estimate the pull from: nobody is pulled
-            return cls((), factors, np.zeros(totals.shape[0]), float("nan"))
-        between = max(squares / quantile - mean_noise, MIN_FACTOR * mean_noise)
-        factors[members] = between / (between + noise[members])
-        return cls(pulled, factors, weights, between)
+        found = Fits.of(totals, errors, [groups], aggregated)
+        labels = found.labels[0]
+        pulled = tuple(
+            tuple(int(i) for i in np.flatnonzero(labels == g)) for g in np.unique(labels[labels >= 0])
+        )
+        return cls(pulled, found.factors[0], found.weights[0], float(found.between[0]))
 
     def means(self) -> FloatArray:
         """The (N, N) map from totals to each pulled member's group mean (rows of 0 for the others)."""
@@ -136,3 +118,76 @@ class Shrinkage:
         run's totals hold their noise too, spreading as tau^2 + s_i^2; simulated from them, reruns would
         find the members more different than they are, and pull them less than real reruns do."""
         return np.asarray(np.einsum("ij,...j->...i", self.map(0.5), totals), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Fits:
+    """The pull fitted within each of D groupings of the same totals at once (the averaged pull's draws:
+    thousands per uncertainty): per grouping, each member's group (labels, -1: not pulled), factor B_i
+    (1: not pulled), weight in its group's mean, and tau^2 (NaN: nobody pulled)."""
+
+    labels: npt.NDArray[np.int64]
+    factors: FloatArray
+    weights: FloatArray
+    between: FloatArray
+
+    @classmethod
+    def of(
+        cls,
+        totals: FloatArray,
+        errors: FloatArray,
+        groupings: Sequence[Sequence[Sequence[int]] | None],
+        aggregated: BoolArray | None = None,
+    ) -> Fits:
+        """Shrinkage.fit's pull (see there) within each grouping of `groupings` (None: nobody pulled)."""
+        totals, noise = np.asarray(totals, dtype=np.float64), np.square(np.asarray(errors, dtype=np.float64))
+        draws, n = len(groupings), totals.shape[0]
+        usable = np.isfinite(totals) & np.isfinite(noise) & (noise > 0)
+        if aggregated is not None:
+            usable &= aggregated
+        labels = np.full((draws, n), -1)
+        for d, groups in enumerate(groupings):
+            for g, group in enumerate(groups or []):
+                labels[d, list(group)] = g
+        labels = np.where(usable[None, :], labels, -1)
+        # a group with fewer than two usable members is not pulled
+        bucket = np.where(labels >= 0, labels + n * np.arange(draws)[:, None], draws * n)
+        size = np.bincount(bucket.ravel(), minlength=draws * n + 1)
+        labels = np.where((labels >= 0) & (size[bucket] >= 2), labels, -1)
+        pulled = labels >= 0
+        bucket = np.where(pulled, bucket, draws * n)
+        precision = np.where(pulled, 1.0 / np.where(usable, noise, 1.0), 0.0)
+        total = _summed(bucket, precision)[bucket]
+        weights = np.divide(precision, total, out=np.zeros_like(precision), where=pulled)
+        means = _summed(bucket, weights * np.nan_to_num(totals))[bucket]
+        squares = np.where(pulled, np.square(np.nan_to_num(totals) - means), 0.0).sum(axis=1)
+        members = pulled.sum(axis=1)
+        groups = (np.bincount(bucket.ravel(), minlength=draws * n + 1)[:-1].reshape(draws, n) >= 2).sum(
+            axis=1
+        )
+        freedom = members - groups
+        mean_noise = np.where(pulled, np.nan_to_num(noise), 0.0).sum(axis=1) / np.maximum(members, 1)
+        quantile = (
+            (freedom - STEIN).astype(np.float64) if CONFIDENCE is None else chi2.ppf(CONFIDENCE, freedom)
+        )
+        fitted = (members > 0) & (quantile > 0)  # too few to estimate the pull from: nobody is pulled
+        between = np.maximum(squares / np.where(fitted, quantile, 1.0) - mean_noise, MIN_FACTOR * mean_noise)
+        between = np.where(fitted, between, np.nan)
+        labels = np.where(fitted[:, None], labels, -1)
+        factors = np.where(labels >= 0, between[:, None] / (between[:, None] + np.nan_to_num(noise)), 1.0)
+        return cls(labels, factors, np.where(labels >= 0, weights, 0.0), between)
+
+    def maps(self, power: float = 1.0) -> FloatArray:
+        """The average over the groupings of Shrinkage.map(power): (N, N)."""
+        kept = np.power(self.factors, power)
+        same = (self.labels[:, :, None] == self.labels[:, None, :]) & (self.labels[:, :, None] >= 0)
+        means = np.where(same, self.weights[:, None, :], 0.0)
+        each = (1.0 - kept)[:, :, None] * means
+        each[:, np.arange(kept.shape[1]), np.arange(kept.shape[1])] += kept
+        return np.asarray(each.mean(axis=0), dtype=np.float64)
+
+
+def _summed(bucket: npt.NDArray[np.int64], values: FloatArray) -> FloatArray:
+    """The sum of `values` over each bucket (the last bucket holds what is not pulled)."""
+    summed = np.bincount(bucket.ravel(), weights=values.ravel(), minlength=int(bucket.max()) + 1)
+    return np.asarray(summed, dtype=np.float64)
