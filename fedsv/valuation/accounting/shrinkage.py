@@ -157,9 +157,9 @@ class Fits:
         pulled = labels >= 0
         bucket = np.where(pulled, bucket, draws * n)
         precision = np.where(pulled, 1.0 / np.where(usable, noise, 1.0), 0.0)
-        total = _summed(bucket, precision)[bucket]
+        total = _summed(bucket, precision, draws * n)[bucket]
         weights = np.divide(precision, total, out=np.zeros_like(precision), where=pulled)
-        means = _summed(bucket, weights * np.nan_to_num(totals))[bucket]
+        means = _summed(bucket, weights * np.nan_to_num(totals), draws * n)[bucket]
         squares = np.where(pulled, np.square(np.nan_to_num(totals) - means), 0.0).sum(axis=1)
         members = pulled.sum(axis=1)
         groups = (np.bincount(bucket.ravel(), minlength=draws * n + 1)[:-1].reshape(draws, n) >= 2).sum(
@@ -187,7 +187,7 @@ class Fits:
         return np.asarray(each.mean(axis=0), dtype=np.float64)
 
 
-def _summed(bucket: npt.NDArray[np.int64], values: FloatArray) -> FloatArray:
-    """The sum of `values` over each bucket (the last bucket holds what is not pulled)."""
-    summed = np.bincount(bucket.ravel(), weights=values.ravel(), minlength=int(bucket.max()) + 1)
+def _summed(bucket: npt.NDArray[np.int64], values: FloatArray, dump: int) -> FloatArray:
+    """The sum of `values` over each bucket (bucket `dump`, the last, holds what is not pulled)."""
+    summed = np.bincount(bucket.ravel(), weights=values.ravel(), minlength=dump + 1)
     return np.asarray(summed, dtype=np.float64)
