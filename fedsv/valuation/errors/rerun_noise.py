@@ -2,8 +2,9 @@
 model, and reruns of the run simulated from them (valuation_noise combines them with the estimator's
 and the validation set's parts).
 
-The round-by-participant matrix is modelled as the completion does (completion.choose; never with a
-model spending over half the observed entries, noise_model); what the model leaves, less the estimator's
+The round-by-participant matrix is modelled as the completion does (its model; where nothing was
+missing, or that model spends over half the observed entries, the model within that cap leaving the
+least residual variance per degree of freedom: noise_model); what the model leaves, less the estimator's
 and the validation set's variance, is the training noise of each round (pooled towards the run's, so
 that early rounds with large gains keep their larger noise) times a per-member scale, persistent over
 rounds (noise_persistence). Reruns are then simulated: each round selects m_t of the N members afresh,
@@ -25,7 +26,6 @@ from fedsv.valuation.accounting.completion import (
     CANDIDATES,
     Model,
     acceptance,
-    choose,
     completed_totals,
     fit,
 )
@@ -65,18 +65,30 @@ seed 1 a rank-3 fit of 80 entries with 45 parameters left residuals of 0.0025 ag
 
 
 def noise_model(values: FloatArray, mask: BoolArray, model: Model | None, seed: int) -> Model:
-    """The model the training noise is sized around: the completion's (`model`; None: cross-validation's
-    choice for these values) unless it spends more than NOISE_PARAMETERS of the observed entries, then
-    cross-validation's choice among the candidates that do not (the simplest where none is left)."""
+    """The model the training noise is sized around: the completion's (`model`) unless it is None
+    (nothing was missing) or spends more than NOISE_PARAMETERS of the observed entries; then, of the
+    candidates that do not, the one whose residuals leave the least variance per degree of freedom
+    left (the simplest where none is within the cap). Not cross-validation's choice: the noise is
+    sized from the residuals, and a model that predicts held-out entries as well as another while it
+    leaves a structure in the run (the first round's gains, ten times the others', which a model of
+    round levels plus member offsets cannot hold) counts that structure as noise; on the cross-silo
+    federation that stated 1.5-2.4x the errors in 8 runs of 32 (docs/valuation.md, "The noise
+    model's choice, a third time")."""
     rounds, members = int(mask.any(axis=1).sum()), int(mask.any(axis=0).sum())
-    limit = NOISE_PARAMETERS * float(mask.sum())
+    observed = float(mask.sum())
+    limit = NOISE_PARAMETERS * observed
     if model is not None and _parameters(model, rounds, members) <= limit:
         return model
     within = [m for m in CANDIDATES if _parameters(m, rounds, members) <= limit]
     if not within:
         return min(CANDIDATES, key=lambda m: _parameters(m, rounds, members))
-    # the best of all candidates, where it is within, is the best of those within: one pass
-    return choose(values, mask, seed, within)[0]
+
+    def left_per_freedom(candidate: Model) -> float:
+        left = np.where(mask, values - fit(values, mask, candidate, seed), 0.0)
+        return float(np.square(left).sum()) / max(observed - _parameters(candidate, rounds, members), 1.0)
+
+    scores = [left_per_freedom(candidate) for candidate in within]
+    return within[min(range(len(within)), key=lambda k: (scores[k], k))]
 
 
 def training_noise(
