@@ -40,7 +40,7 @@ import numpy as np
 
 from fedsv.valuation.accounting.round_matrices import BoolArray, FloatArray
 from fedsv.valuation.accounting.shrinkage import Fits, Shrinkage
-from fedsv.valuation.accounting.verdict import Groups, column_groups
+from fedsv.valuation.accounting.verdict import Groups, column_groups, column_labels
 
 BAGS = 50
 """Draws the run's pull is averaged over: a member grouped in a share p of reruns is pulled by p to
@@ -125,5 +125,7 @@ def _averaged(
     ids: Sequence[str], totals: FloatArray, errors: FloatArray, members: BoolArray | None, moved: FloatArray
 ) -> Pull:
     """The pull fitted to `totals` within each row of `moved`'s groups, averaged."""
-    fits = Fits.of(totals, errors, column_groups(ids, moved, errors), members)
+    labels = column_labels(ids, moved, errors)
+    groupings = labels.by_column() if labels is not None else column_groups(ids, moved, errors)
+    fits = Fits.of(totals, errors, groupings, members)
     return Pull(fits.maps(), fits.maps(0.5), moved.shape[0])

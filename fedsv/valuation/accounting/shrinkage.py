@@ -136,19 +136,23 @@ class Fits:
         cls,
         totals: FloatArray,
         errors: FloatArray,
-        groupings: Sequence[Sequence[Sequence[int]] | None],
+        groupings: Sequence[Sequence[Sequence[int]] | None] | npt.NDArray[np.int64],
         aggregated: BoolArray | None = None,
     ) -> Fits:
-        """Shrinkage.fit's pull (see there) within each grouping of `groupings` (None: nobody pulled)."""
+        """Shrinkage.fit's pull (see there) within each grouping of `groupings` (None: nobody pulled),
+        or of each row of a (D, N) array of group labels (verdict.Labels.by_column; -1: no group)."""
         totals, noise = np.asarray(totals, dtype=np.float64), np.square(np.asarray(errors, dtype=np.float64))
         draws, n = len(groupings), totals.shape[0]
         usable = np.isfinite(totals) & np.isfinite(noise) & (noise > 0)
         if aggregated is not None:
             usable &= aggregated
-        labels = np.full((draws, n), -1)
-        for d, groups in enumerate(groupings):
-            for g, group in enumerate(groups or []):
-                labels[d, list(group)] = g
+        if isinstance(groupings, np.ndarray):
+            labels = np.asarray(groupings, dtype=np.int64)
+        else:
+            labels = np.full((draws, n), -1)
+            for d, groups in enumerate(groupings):
+                for g, group in enumerate(groups or []):
+                    labels[d, list(group)] = g
         labels = np.where(usable[None, :], labels, -1)
         # a group with fewer than two usable members is not pulled
         bucket = np.where(labels >= 0, labels + n * np.arange(draws)[:, None], draws * n)

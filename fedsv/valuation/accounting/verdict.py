@@ -128,43 +128,79 @@ def owners_verdict(
     return Verdict(found.statistic, found.p_value, found.members, groups)
 
 
-def column_groups(
+@dataclass(frozen=True)
+class Labels:
+    """verdict()'s groups of many rows of values at once: per row, the members in value order (D, N)
+    and each one's group there (D, N; groups numbered in value order, as verdict() lists them)."""
+
+    order: npt.NDArray[np.int64]
+    groups: npt.NDArray[np.int64]
+
+    def by_column(self) -> npt.NDArray[np.int64]:
+        """Each member's group per row, by column (D, N)."""
+        out = np.empty_like(self.groups)
+        np.put_along_axis(out, self.order, self.groups, axis=1)
+        return out
+
+    def lists(self) -> list[Groups]:
+        """Each row's groups as lists of column indices, in value order."""
+        out: list[Groups] = []
+        for order, groups in zip(self.order.tolist(), self.groups.tolist(), strict=True):
+            found: list[list[int]] = [[] for _ in range(max(groups) + 1)]
+            for member, group in zip(order, groups, strict=True):
+                found[group].append(member)
+            out.append(found)
+        return out
+
+
+def column_labels(
     ids: Sequence[str], draws: npt.NDArray[np.float64], errors: npt.NDArray[np.float64]
-) -> list[Groups]:
+) -> Labels | None:
     """verdict()'s groups of each row of `draws` (D, N: values of the members `ids`) with `errors` (N,;
-    NaN or inf: unknown), as column indices, all rows tested at once; None for a row the verdict cannot
-    test (fewer than two members with a known error). What the pull's draws call thousands of times
-    per uncertainty."""
+    NaN or inf: unknown), every row tested and walked at once (what the pull's draws call thousands of
+    times per uncertainty); None where verdict()'s own rules are needed: an exact value (error 0), a
+    value that is not finite, or fewer than two members with a known error."""
     known = np.isfinite(errors)
-    if np.any(errors[known] == 0) or not np.all(np.isfinite(draws)):  # verdict()'s special cases
-        named = dict(zip(ids, map(float, errors), strict=True))
-        return [_columns(ids, verdict(dict(zip(ids, map(float, row), strict=True)), named)) for row in draws]
-    if known.sum() < 2:
-        return [None] * draws.shape[0]
+    if np.any(errors[known] == 0) or not np.all(np.isfinite(draws)) or known.sum() < 2:
+        return None
     weights = 1.0 / np.square(errors[known])
     tested = draws[:, known]
     mean = tested @ weights / weights.sum()
-    p_values = chi2.sf(np.square(tested - mean[:, None]) @ weights, int(known.sum()) - 1)
+    split = chi2.sf(np.square(tested - mean[:, None]) @ weights, int(known.sum()) - 1) < LEVEL
     by_name = np.argsort(np.argsort(np.asarray(ids, dtype=object)))
-    out: list[Groups] = []
-    for row, p_value in zip(draws, p_values, strict=True):
-        order = [int(i) for i in np.lexsort((by_name, -row))]
-        if not p_value < LEVEL:  # no difference found: the known members are one group
-            out.append([[i for i in order if known[i]]] + [[i] for i in order if not known[i]])
-            continue
-        groups: list[list[int]] = []
-        leader = -1
-        for i in order:
-            if not known[i]:  # left out of the test: a group of its own, and the chain starts again
-                groups.append([i])
-                leader = -1
-            elif leader >= 0 and not abs(row[leader] - row[i]) > Z95 * math.hypot(errors[leader], errors[i]):
-                groups[-1].append(i)
-            else:
-                groups.append([i])
-                leader = i
-        out.append(groups)
-    return out
+    order = np.lexsort((np.broadcast_to(by_name, draws.shape), -draws), axis=-1)
+    values, spread, alike = np.take_along_axis(draws, order, axis=1), errors[order], known[order]
+    # no difference found: the known members are one group, each unknown one a group of its own after it
+    groups = np.where(alike, 0, np.cumsum(~alike, axis=1))
+    # a difference found: walking down the values, a member joins its group's first (the leader) unless
+    # they differ at 95%; a member left out of the test is a group of its own, and the chain starts again
+    current, leader, lead, has = (
+        np.full(len(draws), -1),
+        np.zeros(len(draws)),
+        np.zeros(len(draws)),
+        np.zeros(len(draws), dtype=np.bool_),
+    )
+    walked = np.empty_like(groups)
+    for k in range(draws.shape[1]):
+        value, error, inside = values[:, k], spread[:, k], alike[:, k]
+        joins = has & inside & ~(np.abs(leader - value) > Z95 * np.hypot(lead, error))
+        current = current + ~joins
+        walked[:, k] = current
+        leader, lead = np.where(joins, leader, value), np.where(joins, lead, error)
+        has = inside
+    return Labels(order, np.where(split[:, None], walked, groups))
+
+
+def column_groups(
+    ids: Sequence[str], draws: npt.NDArray[np.float64], errors: npt.NDArray[np.float64]
+) -> list[Groups]:
+    """verdict()'s groups of each row of `draws` (D, N) with `errors` (N,) as column indices (None for a
+    row the verdict cannot test): column_labels' where it applies, verdict()'s own elsewhere."""
+    labels = column_labels(ids, draws, errors)
+    if labels is not None:
+        return labels.lists()
+    named = dict(zip(ids, map(float, errors), strict=True))
+    return [_columns(ids, verdict(dict(zip(ids, map(float, row), strict=True)), named)) for row in draws]
 
 
 def _columns(ids: Sequence[str], found: Verdict) -> Groups:
