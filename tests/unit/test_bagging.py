@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedsv.valuation.accounting import bagging
-from fedsv.valuation.accounting.bagging import BAGS, bagged, verdict_groups
+from fedsv.valuation.accounting.bagging import BAGS, INNER, bagged, pulled_many, verdict_groups
 from fedsv.valuation.accounting.shrinkage import Shrinkage
 
 
@@ -124,3 +124,22 @@ def test_equals_are_paid_nearly_alike_because_the_draws_spread_as_reruns_would(
     assert bagging.AROUND == "bag" and spread() < 0.2
     monkeypatch.setattr(bagging, "AROUND", "totals")
     assert spread() > 0.25
+
+
+def test_many_reruns_pulled_at_once_are_each_pulled_as_alone() -> None:
+    """pulled_many (every simulated rerun's draws grouped and fitted at once, what a rerun's part of
+    the error takes) pulls each row as bagged() pulls it alone: members 0.5 to 2 errors apart, some
+    with an unknown error, some not aggregated, and an exact value (verdict()'s own rules)."""
+    rng = np.random.default_rng(8)
+    errors = rng.uniform(0.5, 2.0, 12)
+    errors[[2, 9]] = np.nan
+    members = np.ones(12, dtype=bool)
+    members[5] = False
+    rows = rng.normal(np.arange(12) * rng.uniform(0.5, 2.0), 1.0, (30, 12))
+    moves = rng.normal(0.0, 1.0, (INNER, 12)) * np.nan_to_num(errors)
+    for errs in (errors, np.where(np.arange(12) == 4, 0.0, errors)):
+        alone = np.array([bagged(ids(12), row, errs, members, moves).apply(row) for row in rows])
+        np.testing.assert_allclose(
+            pulled_many(ids(12), rows, errs, members, moves), alone, rtol=1e-10, atol=1e-12
+        )
+    assert not np.allclose(alone, rows)  # the rows were pulled

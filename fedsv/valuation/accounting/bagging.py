@@ -129,3 +129,29 @@ def _averaged(
     groupings = labels.by_column() if labels is not None else column_groups(ids, moved, errors)
     fits = Fits.of(totals, errors, groupings, members)
     return Pull(fits.maps(), fits.maps(0.5), moved.shape[0])
+
+
+def pulled_many(
+    ids: Sequence[str],
+    totals: FloatArray,
+    errors: FloatArray,
+    members: BoolArray | None,
+    deviations: FloatArray,
+) -> FloatArray:
+    """Each row of `totals` (R, N) pulled as bagged(ids, row, errors, members, deviations).apply(row)
+    pulls it, every row's draws (R x D) grouped and fitted at once: what a rerun's part of the shrunk
+    value's error takes for each of its simulated reruns."""
+    rows, draws = totals.shape[0], deviations.shape[0]
+    if AROUND != "bag" or draws == 0 or rows == 0:
+        return np.array([bagged(ids, row, errors, members, deviations).apply(row) for row in totals])
+    shifts = np.nan_to_num(deviations, nan=0.0, posinf=0.0, neginf=0.0)
+    each = np.repeat(totals, draws, axis=0)  # (R x D, N): row r's totals for each of its draws
+
+    def averaged(start: FloatArray, power: float) -> FloatArray:
+        moved = (start[:, None, :] + shifts[None, :, :]).reshape(rows * draws, -1)
+        labels = column_labels(ids, moved, errors)
+        groupings = labels.by_column() if labels is not None else column_groups(ids, moved, errors)
+        fits = Fits.of(each, errors, groupings, members)
+        return np.asarray(fits.applied(each, power).reshape(rows, draws, -1).mean(axis=1), dtype=np.float64)
+
+    return averaged(averaged(totals, 0.5), 1.0)

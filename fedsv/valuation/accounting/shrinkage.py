@@ -140,12 +140,14 @@ class Fits:
         aggregated: BoolArray | None = None,
     ) -> Fits:
         """Shrinkage.fit's pull (see there) within each grouping of `groupings` (None: nobody pulled),
-        or of each row of a (D, N) array of group labels (verdict.Labels.by_column; -1: no group)."""
-        totals, noise = np.asarray(totals, dtype=np.float64), np.square(np.asarray(errors, dtype=np.float64))
-        draws, n = len(groupings), totals.shape[0]
-        usable = np.isfinite(totals) & np.isfinite(noise) & (noise > 0)
+        or of each row of a (D, N) array of group labels (verdict.Labels.by_column; -1: no group), of
+        `totals` (N,), or of each grouping's own totals (D, N)."""
+        noise = np.square(np.asarray(errors, dtype=np.float64))
+        draws, n = len(groupings), noise.shape[0]
+        table = np.broadcast_to(np.asarray(totals, dtype=np.float64), (draws, n))
+        usable = np.isfinite(table) & (np.isfinite(noise) & (noise > 0))[None, :]
         if aggregated is not None:
-            usable &= aggregated
+            usable = usable & aggregated[None, :]
         if isinstance(groupings, np.ndarray):
             labels = np.asarray(groupings, dtype=np.int64)
         else:
@@ -153,7 +155,7 @@ class Fits:
             for d, groups in enumerate(groupings):
                 for g, group in enumerate(groups or []):
                     labels[d, list(group)] = g
-        labels = np.where(usable[None, :], labels, -1)
+        labels = np.where(usable, labels, -1)
         # a group with fewer than two usable members is not pulled
         bucket = np.where(labels >= 0, labels + n * np.arange(draws)[:, None], draws * n)
         size = np.bincount(bucket.ravel(), minlength=draws * n + 1)
@@ -163,8 +165,8 @@ class Fits:
         precision = np.where(pulled, 1.0 / np.where(usable, noise, 1.0), 0.0)
         total = _summed(bucket, precision, draws * n)[bucket]
         weights = np.divide(precision, total, out=np.zeros_like(precision), where=pulled)
-        means = _summed(bucket, weights * np.nan_to_num(totals), draws * n)[bucket]
-        squares = np.where(pulled, np.square(np.nan_to_num(totals) - means), 0.0).sum(axis=1)
+        means = _summed(bucket, weights * np.nan_to_num(table), draws * n)[bucket]
+        squares = np.where(pulled, np.square(np.nan_to_num(table) - means), 0.0).sum(axis=1)
         members = pulled.sum(axis=1)
         groups = (np.bincount(bucket.ravel(), minlength=draws * n + 1)[:-1].reshape(draws, n) >= 2).sum(
             axis=1
@@ -189,6 +191,17 @@ class Fits:
         each = (1.0 - kept)[:, :, None] * means
         each[:, np.arange(kept.shape[1]), np.arange(kept.shape[1])] += kept
         return np.asarray(each.mean(axis=0), dtype=np.float64)
+
+    def applied(self, totals: FloatArray, power: float = 1.0) -> FloatArray:
+        """Each grouping's map(power) applied to `totals` (N,) or to its own row of them (D, N): (D, N)."""
+        draws, n = self.labels.shape
+        table = np.broadcast_to(np.asarray(totals, dtype=np.float64), (draws, n))
+        kept = np.power(self.factors, power)
+        bucket = np.where(self.labels >= 0, self.labels + n * np.arange(draws)[:, None], draws * n)
+        means = _summed(bucket, self.weights * np.nan_to_num(table), draws * n)[bucket]
+        return np.asarray(
+            kept * table + (1.0 - kept) * np.where(self.labels >= 0, means, 0.0), dtype=np.float64
+        )
 
 
 def _summed(bucket: npt.NDArray[np.int64], values: FloatArray, dump: int) -> FloatArray:

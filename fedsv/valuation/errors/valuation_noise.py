@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsv.valuation.accounting.bagging import BAGS, INNER, Pull, bagged
+from fedsv.valuation.accounting.bagging import BAGS, INNER, Pull, bagged, pulled_many
 from fedsv.valuation.accounting.completion import Model, completed_totals
 from fedsv.valuation.accounting.round_matrices import (
     FloatArray,
@@ -159,8 +159,7 @@ def _shrunk_parts(
         inner = deviations[BAGS : BAGS + INNER] if deviations.shape[0] > BAGS else deviations[:INNER]
 
         def pulled(draws: FloatArray) -> FloatArray:
-            out = [bagged(matrices.ids, draw, errors, members, inner).apply(draw) for draw in draws + start]
-            return np.array(out)
+            return pulled_many(matrices.ids, draws + start, errors, members, inner)
 
         fixed = pulled(reruns.completed)
         rerun, rerun_relative = spread(fixed), spread(centered(fixed, members))
