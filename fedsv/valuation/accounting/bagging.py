@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from fedsv.valuation.accounting.round_matrices import BoolArray, FloatArray
 from fedsv.valuation.accounting.shrinkage import Fits, Shrinkage
@@ -125,10 +126,17 @@ def _averaged(
     ids: Sequence[str], totals: FloatArray, errors: FloatArray, members: BoolArray | None, moved: FloatArray
 ) -> Pull:
     """The pull fitted to `totals` within each row of `moved`'s groups, averaged."""
-    labels = column_labels(ids, moved, errors)
-    groupings = labels.by_column() if labels is not None else column_groups(ids, moved, errors)
-    fits = Fits.of(totals, errors, groupings, members)
+    fits = Fits.of(totals, errors, _groupings(ids, moved, errors), members)
     return Pull(fits.maps(), fits.maps(0.5), moved.shape[0])
+
+
+def _groupings(
+    ids: Sequence[str], moved: FloatArray, errors: FloatArray
+) -> list[Groups] | npt.NDArray[np.int64]:
+    """The verdict's groups of each row of `moved`: as labels, walked at once, where verdict()'s own rules
+    are not needed (verdict.column_labels), else as lists."""
+    labels = column_labels(ids, moved, errors)
+    return labels.by_column() if labels is not None else column_groups(ids, moved, errors)
 
 
 def pulled_many(
@@ -149,9 +157,7 @@ def pulled_many(
 
     def averaged(start: FloatArray, power: float) -> FloatArray:
         moved = (start[:, None, :] + shifts[None, :, :]).reshape(rows * draws, -1)
-        labels = column_labels(ids, moved, errors)
-        groupings = labels.by_column() if labels is not None else column_groups(ids, moved, errors)
-        fits = Fits.of(each, errors, groupings, members)
+        fits = Fits.of(each, errors, _groupings(ids, moved, errors), members)
         return np.asarray(fits.applied(each, power).reshape(rows, draws, -1).mean(axis=1), dtype=np.float64)
 
     return averaged(averaged(totals, 0.5), 1.0)
