@@ -122,9 +122,9 @@ class Shrinkage:
 
 @dataclass(frozen=True)
 class Fits:
-    """The pull fitted within each of D groupings of the same totals at once (the averaged pull's draws:
-    thousands per uncertainty): per grouping, each member's group (labels, -1: not pulled), factor B_i
-    (1: not pulled), weight in its group's mean, and tau^2 (NaN: nobody pulled)."""
+    """The pull fitted within each of D groupings at once, of the same totals or each of its own (the
+    averaged pull's draws: thousands per uncertainty): per grouping, each member's group (labels, -1:
+    not pulled), factor B_i (1: not pulled), weight in its group's mean, and tau^2 (NaN: nobody pulled)."""
 
     labels: npt.NDArray[np.int64]
     factors: FloatArray
