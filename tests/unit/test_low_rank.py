@@ -38,3 +38,14 @@ def test_a_stack_of_fits_gives_each_matrix_its_own_fit(rank: int) -> None:
         alone = als(values[r : r + 1], mask[r : r + 1], rank, ridge[r : r + 1], seed=0)[0]
         np.testing.assert_allclose(together[r], alone, rtol=0, atol=1e-12)
     np.testing.assert_allclose(together[0], exact, atol=1e-4)  # a fully observed low-rank matrix is found
+
+
+def test_values_all_zero_fit_to_zero_at_any_rank() -> None:
+    """A matrix of zeros (a run whose every value was 0) puts no scale on the penalty, and the row
+    systems of a rank above the matrix's own are singular to rounding: the fit is still all zeros."""
+    from fedsv.valuation.accounting.completion import Model, fit
+
+    for shape in ((1, 1), (2, 5), (3, 4)):
+        for rank in (1, 2, 3):
+            out = fit(np.zeros(shape), np.ones(shape, dtype=bool), Model("low rank", rank, 1e-6))
+            assert np.array_equal(out, np.zeros(shape))

@@ -33,7 +33,10 @@ def solve_rows(values: FloatArray, mask: FloatArray, factor: FloatArray, ridge: 
         first = (g11 * moment[..., 0] - g01 * moment[..., 1]) / determinant
         second = (g00 * moment[..., 1] - g10 * moment[..., 0]) / determinant
         return np.stack([first, second], axis=-1)
-    return np.asarray(np.linalg.solve(gram, moment[..., None])[..., 0], dtype=np.float64)
+    try:
+        return np.asarray(np.linalg.solve(gram, moment[..., None])[..., 0], dtype=np.float64)
+    except np.linalg.LinAlgError:  # a penalty lost to rounding (values all 0): the least-norm solution
+        return np.asarray((np.linalg.pinv(gram) @ moment[..., None])[..., 0], dtype=np.float64)
 
 
 def _start(values: FloatArray, mask: npt.NDArray[np.bool_], rank: int, seed: int) -> FloatArray:

@@ -47,13 +47,16 @@ POOLING = 2.0
 
 
 def _parameters(model: Model, rounds: int, members: int) -> int:
+    """The parameters `model` spends on a `rounds` x `members` matrix (a rank above the matrix's own is
+    the matrix itself: every entry a parameter)."""
     if model.kind == "member means":
         return members
     if model.kind == "round means":
         return rounds
     if model.kind == "rounds and members":
         return rounds + members
-    return model.rank * (rounds + members - model.rank)
+    rank = min(model.rank, rounds, members)
+    return rank * (rounds + members - rank)
 
 
 NOISE_PARAMETERS = 0.5
