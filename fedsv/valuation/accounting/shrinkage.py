@@ -66,14 +66,12 @@ distance, and the order of their evidence survives (what a detection by rank rea
 
 @dataclass(frozen=True)
 class Shrinkage:
-    """The fitted pull: the groups pulled together (column indices; members with a known total and a
-    positive, finite error, two or more to a group), each member's factor B_i (1: not pulled), each
-    member's weight in its group's mean, and tau^2 (NaN: no group, or too few members to estimate it from)."""
+    """The fitted pull within one grouping (a Fits of one row): the groups pulled together (column
+    indices; members with a known total and a positive, finite error, two or more to a group), each
+    member's factor B_i (1: not pulled), each member's weight in its group's mean, and tau^2 (NaN: no
+    group, or too few members to estimate it from)."""
 
-    groups: tuple[tuple[int, ...], ...]
-    factors: FloatArray
-    weights: FloatArray
-    between: float
+    fitted: Fits
 
     @classmethod
     def fit(
@@ -87,26 +85,31 @@ class Shrinkage:
         unknown, 0: neither pulled nor pulling) within `groups` (the verdict's; None: nothing can be
         told, nobody pulled); `aggregated`: the members with an aggregated update (None: all). A member
         turned away in every round is worth 0, exactly: neither pulled nor pulling."""
-        found = Fits.of(totals, errors, [groups], aggregated)
-        labels = found.labels[0]
-        pulled = tuple(
+        return cls(Fits.of(totals, errors, [groups], aggregated))
+
+    @property
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        labels = self.fitted.labels[0]
+        return tuple(
             tuple(int(i) for i in np.flatnonzero(labels == g)) for g in np.unique(labels[labels >= 0])
         )
-        return cls(pulled, found.factors[0], found.weights[0], float(found.between[0]))
 
-    def means(self) -> FloatArray:
-        """The (N, N) map from totals to each pulled member's group mean (rows of 0 for the others)."""
-        label = np.full(self.factors.shape[0], -1)
-        for g, group in enumerate(self.groups):
-            label[list(group)] = g
-        same = (label[:, None] == label[None, :]) & (label[:, None] >= 0)
-        return np.where(same, self.weights[None, :], 0.0)
+    @property
+    def factors(self) -> FloatArray:
+        return self.fitted.factors[0]
+
+    @property
+    def weights(self) -> FloatArray:
+        return self.fitted.weights[0]
+
+    @property
+    def between(self) -> float:
+        return float(self.fitted.between[0])
 
     def map(self, power: float = 1.0) -> FloatArray:
         """The (N, N) linear map from completed totals to shrunk ones, m_g + B_i^power (c_i - m_g) for a
         pulled member and c_i for the others."""
-        kept = np.power(self.factors, power)
-        return np.asarray(np.diag(kept) + (1.0 - kept)[:, None] * self.means(), dtype=np.float64)
+        return self.fitted.maps(power)
 
     def apply(self, totals: FloatArray) -> FloatArray:
         """The shrunk totals of completed totals (..., N) with this fit's groups and factors."""
