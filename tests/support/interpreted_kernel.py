@@ -39,12 +39,17 @@ def random_heads() -> list[dict[str, list[int] | list[list[int]]]]:
         params = {"1.weight": rand(batch, d2, d1) / d1**0.5, "1.bias": rand(batch, d2) * 0.1}
         params |= {"3.weight": rand(batch, classes, d2) / d2**0.5, "3.bias": rand(batch, classes) * 0.1}
         y = torch.randint(0, classes, (n,), generator=gen)
+        folds = 1 if n == SIZES[0][0] else 3  # the labels alone, or (label, fold) cells
+        cells = y * folds + torch.randint(0, folds, (n,), generator=gen)
         plan = fused_head.FusedMLPHead("1.weight", "1.bias", "3.weight", "3.bias", classes)
         p64 = {k: v.double() for k, v in params.items()}
         hidden = torch.relu(torch.baddbmm(p64["1.bias"][:, None], h1.double(), p64["1.weight"].mT))
         logits = torch.baddbmm(p64["3.bias"][:, None], hidden, p64["3.weight"].mT)
-        expected = by_cell((logits.argmax(-1) == y).double(), y, classes)
-        got = fused_head.correct_counts(plan, h1, params, y, "tf32")
+        expected = by_cell((logits.argmax(-1) == y).double(), cells, classes * folds)
+        if folds == 1:
+            got = fused_head.correct_counts(plan, h1, params, y, "tf32")
+        else:
+            got = fused_head.correct_counts(plan, h1, params, y, "tf32", cells, classes * folds)
         out.append({"n": [n], "kernel": got.tolist(), "reference": expected.long().tolist()})
     return out
 

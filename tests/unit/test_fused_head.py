@@ -91,8 +91,10 @@ def test_kernel_counts_like_torch(n: int, d1: int, d2: int, classes: int) -> Non
     p64 = {k: v.double() for k, v in params.items()}
     hidden = torch.relu(torch.baddbmm(p64["1.bias"][:, None], h1.double(), p64["1.weight"].mT))
     logits = torch.baddbmm(p64["3.bias"][:, None], hidden, p64["3.weight"].mT)
-    expected = by_cell((logits.argmax(-1) == y).double(), y, classes).long()
-    got = fused_head.correct_counts(plan, h1, params, y, "tf32")
+    folds = 2  # (label, fold) cells, as a game's validation folds split the scores
+    cells = y * folds + torch.randint(0, folds, (n,), device="cuda", generator=gen)
+    expected = by_cell((logits.argmax(-1) == y).double(), cells, classes * folds).long()
+    got = fused_head.correct_counts(plan, h1, params, y, "tf32", cells, classes * folds)
     # TF32 products against float64: an argmax may differ only where two logits tie within TF32's
     # rounding (about 1e-3 relative), a few samples in a thousand.
     assert torch.all((got.long() - expected).abs().sum(dim=1) <= max(2, n // 50)), (got, expected)

@@ -107,19 +107,14 @@ class FusedHead(Head):
         self.fused = fused
 
     def score(self, c: Tensor, base: Tensor, per_delta: Tensor, y: Tensor, cells: Tensor) -> Tensor:
-        """The kernel counts per label; the validation folds are its launches, one per fold."""
-        f, folds = self.fused, self.inputs.folds
+        """The kernel counts per (label, fold) cell, in one launch over the chunk's samples."""
+        f = self.fused
         params = {
             rel: self.state(rel, c) for rel in (f.hidden_weight, f.hidden_bias, f.out_weight, f.out_bias)
         }
         h1 = stem_sums(c, base, per_delta, relu=True)
-        out = torch.zeros((c.shape[0], self.inputs.width), dtype=torch.float64, device=h1.device)
-        for fold in range(folds):
-            index = torch.nonzero(cells % folds == fold).flatten()
-            if index.numel():
-                counts = fused_head.correct_counts(f, h1[:, index], params, y[index], self.compute.precision)
-                out[:, fold::folds] = counts.to(torch.float64)
-        return out
+        counts = fused_head.correct_counts(f, h1, params, y, self.compute.precision, cells, self.inputs.width)
+        return counts.to(torch.float64)
 
 
 class FastExecutor(Executor):

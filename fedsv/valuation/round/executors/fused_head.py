@@ -84,18 +84,30 @@ def plan(head: nn.Module, device: torch.device, precision: str, metric: object) 
 
 
 def correct_counts(
-    fused: FusedMLPHead, h1: Tensor, params: dict[str, Tensor], y: Tensor, precision: str
+    fused: FusedMLPHead,
+    h1: Tensor,
+    params: dict[str, Tensor],
+    y: Tensor,
+    precision: str,
+    cells: Tensor | None = None,
+    width: int | None = None,
 ) -> Tensor:
-    """Correct predictions per coalition and label (B, classes) int32, from ReLU'd stem sums h1 (B, n, d1)
-    and the coalitions' stacked head parameters (name -> (B, *shape))."""
+    """Correct predictions per coalition and cell (B, width) int32, from ReLU'd stem sums h1 (B, n, d1)
+    and the coalitions' stacked head parameters (name -> (B, *shape)). A sample's cell is its label
+    unless `cells` (n,) gives each one's column below `width` (the game's (label, fold) cells): one
+    launch over every sample, whatever the folds."""
     kernel = _load_kernel()
     batch, n, d1 = h1.shape
+    if cells is None:
+        cells, width = y, fused.classes
+    if width is None:
+        raise ValueError("correct_counts: cells need their width")
     w2 = params[fused.hidden_weight].contiguous()
     b2 = params[fused.hidden_bias].contiguous()
     w3 = params[fused.out_weight].contiguous()
     b3 = params[fused.out_bias].contiguous()
     d2, classes = w2.shape[1], fused.classes
-    out = torch.zeros((batch, classes), dtype=torch.int32, device=h1.device)
+    out = torch.zeros((batch, width), dtype=torch.int32, device=h1.device)
     grid = (batch, (n + TILE["BLOCK_N"] - 1) // TILE["BLOCK_N"])
     kernel[grid](
         h1.contiguous(),
@@ -104,8 +116,10 @@ def correct_counts(
         w3,
         b3,
         y.to(torch.int32).contiguous(),
+        cells.to(torch.int32).contiguous(),
         out,
         n,
+        width,
         d1,
         d2,
         classes,

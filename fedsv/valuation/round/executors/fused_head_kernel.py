@@ -14,8 +14,10 @@ def mlp_head_accuracy(
     W3,  # (B, C, D2) output Linear weight of each coalition
     B3,  # (B, C)
     Y,  # (n,) int32 labels
-    OUT,  # (B, C) int32 correct predictions per label, accumulated
+    CELLS,  # (n,) int32 each sample's column of OUT (its label, or its (label, fold) cell)
+    OUT,  # (B, W) int32 correct predictions per cell, accumulated
     n,
+    W,  # cells per coalition
     D1: tl.constexpr,  # layer sizes are compile-time: the block loops unroll (one compile per model)
     D2: tl.constexpr,
     C: tl.constexpr,
@@ -59,7 +61,8 @@ def mlp_head_accuracy(
     pred = tl.argmax(logits, axis=1, tie_break_left=True)
     y = tl.load(Y + rows, mask=row_ok, other=0)
     correct = ((pred == y) & row_ok).to(tl.int32)
-    tl.atomic_add(OUT + b * C + y, correct, mask=row_ok)
+    cell = tl.load(CELLS + rows, mask=row_ok, other=0)
+    tl.atomic_add(OUT + b * W + cell, correct, mask=row_ok)
 
 
 __all__ = ["mlp_head_accuracy", "triton"]
