@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_calibration import Members, share_gap
+from bench_calibration import Members, best_pull, share_gap
 
 
 def test_a_member_with_half_sized_errors_is_named_with_its_coverage() -> None:
@@ -63,3 +63,16 @@ def test_twins_worth_less_than_nothing_are_paid_alike_however_far_apart_their_va
     assert share_gap(below, [(0, 2), (1, 3)]) == 0.0
     paid = np.array([[0.3, 0.3, 0.1, 0.3]])
     assert share_gap(paid, [(0, 2)]) == pytest.approx(0.8)
+
+
+def test_the_share_targets_reference_pulls_equals_together_and_leaves_distinct_members_alone() -> None:
+    rng = np.random.default_rng(2)
+    equals = 0.1 + rng.normal(0.0, 0.02, (64, 8))  # equal in truth: the mean is their expected share
+    centre = np.broadcast_to(equals.mean(axis=1, keepdims=True), equals.shape)
+    lam, ratio = best_pull(equals, centre, np.full(8, 1 / 8))
+    assert lam == 0.0 and ratio < 1e-9
+    distinct = np.linspace(0.05, 0.4, 8) + rng.normal(0.0, 0.001, (64, 8))  # apart by far more than noise
+    centre = np.broadcast_to(distinct.mean(axis=1, keepdims=True), distinct.shape)
+    expected = (distinct / distinct.sum(axis=1, keepdims=True)).mean(axis=0)
+    lam, ratio = best_pull(distinct, centre, expected)
+    assert lam == 1.0 and ratio == pytest.approx(1.0)
