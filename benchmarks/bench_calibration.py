@@ -83,6 +83,7 @@ def rerun(federation: Federation, work: Path, seed: int, rounds: int) -> Federat
     valuation = FederatedValuation(world, initial)
     for values in per_round:
         vars(values).setdefault("merged", [])  # kept before RoundValues had it: nothing was merged
+        vars(values).setdefault("public", [])  # kept before RoundValues had it: nothing was public
         valuation.add_round(values)
     return valuation
 

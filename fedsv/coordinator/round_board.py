@@ -204,7 +204,7 @@ class RoundBoard:
             if not math.isfinite(seconds) or seconds < 0:
                 raise Rejected(Refusal.BAD_HEADER, f"train_seconds must be finite and >= 0, got {seconds}")
             current.received[info.participant_id] = ReceivedUpdate(
-                info.participant_id, delta, num_samples, seconds
+                info.participant_id, delta, num_samples, train_seconds=seconds
             )
             current.refused.pop(info.participant_id, None)  # a corrected update, in time, still counts
             self.cond.notify_all()

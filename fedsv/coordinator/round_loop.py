@@ -241,6 +241,14 @@ class RoundLoop:
                 pid,
                 100 * along,
             )
+        for pid, along in guarded.public.items():
+            logger.warning(
+                "round %d: %s's update carries nothing beyond the global model's recent steps (%.0f%% of "
+                "it along them): aggregated (the guard's screens are off), valued 0 in every coalition",
+                closed.round,
+                pid,
+                100 * along,
+            )
         closed.effects = guarded.evidence
         self._report_reputation(closed.round, guarded)
         return guarded.updates

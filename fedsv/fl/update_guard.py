@@ -21,7 +21,9 @@ step leaves alone a round whose updates are alike and acts on an update that sta
    docs/deployment.md give the attack matrix and the honest runs that stay FedAvg.
 4. **Free riders and colluders** (`update_screen`, `public_steps`): an update that carries no information
    (norm 0, or a random direction) is turned away as null, and one that carries nothing beyond the
-   global model's recent steps but noise (a mimic replaying the federation's own step) as a mimic's;
+   global model's recent steps but noise (a mimic replaying the federation's own step) as a mimic's
+   (with the direction check and screens off, such an update is aggregated but marked public:
+   the round's game holds it in every coalition and pays it nothing);
    when the round's FedAvg still raises the validation loss beyond its noise, updates pointing against
    the descent beyond the tolerance are dropped until it does not. Only updates that passed every check
    enter the memory.
@@ -148,6 +150,7 @@ class GuardedRound:
     held: dict[str, float] = field(default_factory=dict)  # quarantined: participant -> its update's effect
     evidence: dict[str, Evidence] = field(default_factory=dict)  # every update's effect (reputation)
     reputation: ReputationChange = field(default_factory=ReputationChange)  # who entered or left quarantine
+    public: dict[str, float] = field(default_factory=dict)  # screens off: kept mimics, valued 0 (public)
 
 
 def cap_counts(
@@ -207,8 +210,18 @@ def guard_updates(
             if null or worse or mimic:
                 rest = [u for u in rest if u.participant not in worse]
                 found = directions(rest, referee) if len(rest) >= 2 else None
+    public: dict[str, float] = {}
+    if not settings.direction and referee is not None:  # the screens off: aggregated, but paid nothing
+        zero = {u.participant: 0.0 for u in bounded.updates if bounded.norms[u.participant] == 0.0}
+        public = {**zero, **mimicked(bounded.updates, memory.public, referee.descent())}
+        if len(public) == len(bounded.updates):  # never every update: the round's game needs a player
+            public = {}
     dropped = {**turned_away, **null, **mimic, **worse}
-    kept = [u for u in bounded.updates if u.participant not in dropped]
+    kept = [
+        replace(u, public=True) if u.participant in public else u
+        for u in bounded.updates
+        if u.participant not in dropped
+    ]
     memory.remember(
         [bounded.norms[u.participant] for u in kept if u.participant not in bounded.clipped],
         settings.history_rounds,
@@ -228,4 +241,6 @@ def guard_updates(
         evidence = marginals(referee, kept, others)
         change = memory.reputation.observe(evidence, sorted(kept_ids))
     held = {u.participant: evidence[u.participant].effect for u in holding}
-    return GuardedRound(kept, bounded, capped, turned_away, null, worse, mimic, held, evidence, change)
+    return GuardedRound(
+        kept, bounded, capped, turned_away, null, worse, mimic, held, evidence, change, public
+    )

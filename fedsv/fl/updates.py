@@ -11,11 +11,14 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class ClientUpdate:
-    """What one participant contributed to a round: its delta (trained - w_t) and its sample count."""
+    """What one participant contributed to a round: its delta (trained - w_t) and its sample count;
+    `public`: the guard found it carries nothing beyond the global model's recent steps and kept it, its
+    screens being off (fedsv.fl.public_steps): aggregated, and valued as part of every coalition."""
 
     participant: str
     delta: Mapping[str, Tensor]
     num_samples: int
+    public: bool = False
 
 
 def flat_delta(delta: Mapping[str, Tensor]) -> Tensor:

@@ -107,6 +107,7 @@ class ValueRow:
     loo_normalized: float
     fedsv_stderr: float = math.nan  # 0 where exact, inf where unknown; NaN: not recorded (older ledgers)
     player: str = ""  # valued as one player with others (redundant): the first of them; "": alone
+    public: bool = False  # its update held nothing beyond the global model's recent steps: valued 0
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from fedsv.ledger.records import FoldValueRow, RoundRecord, RoundStatus, ValueRow
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """Version 2 added the updates table (each aggregated update's sample count) and the rounds' valued_at
 (when a round's values were committed: valuation may run behind the rounds). Version 3 added the
 rounds' status (pending, valued, not_valued), which older files spell as the method "pending" or
@@ -24,7 +24,10 @@ waiting for a CPU shows apart from valuation work; older rounds read as not meas
 added why each round was valued as it was (rounds.valuation_choice: auto's reason, how a target ended);
 older rounds read as not recorded (''). Version 11 added the player each value was part of
 (round_values.player: the first of the members a round valued as one player, '' for one valued alone;
-valuation/accounting/owners.py); older values read as alone ('').
+valuation/accounting/owners.py); older values read as alone (''). Version 12 added whether a value's
+update was public (round_values.public: aggregated with the guard's screens off, it held nothing beyond
+the global model's recent steps, so every coalition held it and it was valued 0; fedsv/fl/public_steps.py);
+older values read as not public (0).
 A coordinator migrates an older file when it opens it (MIGRATIONS); a reader reads it as is
 (round_columns)."""
 
@@ -73,7 +76,8 @@ CREATE = [
     f"CREATE TABLE rounds ({_ROUND_COLUMNS}){STRICT}",
     "CREATE TABLE round_values (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
     "fedsv REAL NOT NULL, loo REAL NOT NULL, fedsv_normalized REAL NOT NULL, loo_normalized REAL NOT NULL, "
-    f"fedsv_stderr REAL, player TEXT NOT NULL DEFAULT '', PRIMARY KEY (round, participant)){STRICT}",
+    "fedsv_stderr REAL, player TEXT NOT NULL DEFAULT '', "
+    f"public INTEGER NOT NULL DEFAULT 0 CHECK (public IN (0, 1)), PRIMARY KEY (round, participant)){STRICT}",
     "CREATE TABLE traffic (round INTEGER NOT NULL REFERENCES rounds(round), rpc TEXT NOT NULL, "
     "direction TEXT NOT NULL CHECK (direction IN ('up', 'down')), bytes INTEGER NOT NULL, "
     f"messages INTEGER NOT NULL, PRIMARY KEY (round, rpc, direction)){STRICT}",
@@ -144,6 +148,12 @@ def _to_11(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE round_values ADD COLUMN player TEXT NOT NULL DEFAULT ''")
 
 
+def _to_12(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "ALTER TABLE round_values ADD COLUMN public INTEGER NOT NULL DEFAULT 0 CHECK (public IN (0, 1))"
+    )
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _to_2,
     2: _to_3,
@@ -155,6 +165,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     8: _to_9,
     9: _to_10,
     10: _to_11,
+    11: _to_12,
 }
 """version -> the step that brings a file of that version to the next."""
 
@@ -198,6 +209,8 @@ def value_columns(version: int) -> str:
         )
     if version < 11:
         stand_ins["player"] = "''"
+    if version < 12:
+        stand_ins["public"] = "0"
     return ", ".join(stand_ins.get(name, name) for name in VALUE_FIELDS)
 
 

@@ -31,6 +31,7 @@ def value_rows(values: RoundValues) -> list[ValueRow]:
     fedsv_norm, loo_norm = normalized(values.fedsv), normalized(values.loo)
     errors = np.full(len(values.participants), np.nan) if values.stderr is None else values.stderr
     player = {pid: group[0] for group in values.merged for pid in group}
+    public = set(values.public)
     return [
         ValueRow(
             values.round,
@@ -41,6 +42,7 @@ def value_rows(values: RoundValues) -> list[ValueRow]:
             float(loo_norm[i]),
             float(errors[i]),
             player.get(pid, ""),
+            pid in public,
         )
         for i, pid in enumerate(values.participants)
     ]
@@ -137,6 +139,7 @@ def federated_valuation(
                 folds=_by_fold(folds_of.get(number, []), [r.participant for r in round_rows]),
                 selected=list(record.selected),
                 merged=_merged(round_rows),
+                public=[r.participant for r in round_rows if r.public],
             )
         )
     return accounting

@@ -74,7 +74,12 @@ class PendingStore:
             "round": pending.round,
             "params": pending.params,
             "updates": [
-                {"participant": u.participant, "delta": dict(u.delta), "num_samples": u.num_samples}
+                {
+                    "participant": u.participant,
+                    "delta": dict(u.delta),
+                    "num_samples": u.num_samples,
+                    "public": u.public,
+                }
                 for u in pending.updates
             ],
         }
@@ -93,7 +98,10 @@ class PendingStore:
             raise ValueError(f"{path}: cannot read the round's valuation inputs: {exc}") from exc
         if not isinstance(blob, dict) or blob.get("round") != number:
             raise ValueError(f"{path} does not hold the valuation inputs of round {number}")
-        updates = [ClientUpdate(u["participant"], u["delta"], int(u["num_samples"])) for u in blob["updates"]]
+        updates = [
+            ClientUpdate(u["participant"], u["delta"], int(u["num_samples"]), bool(u.get("public", False)))
+            for u in blob["updates"]
+        ]
         return PendingRound(number, blob["params"], updates)
 
     def size(self, number: int) -> int:

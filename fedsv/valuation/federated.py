@@ -67,13 +67,14 @@ class FederatedValuation:
         on_plan: Callable[[Plan], None] | None = None,
         selected: Sequence[str] | None = None,
         groups: Sequence[Sequence[int]] | None = None,
+        public: Sequence[int] = (),
     ) -> RoundValues:
         """Compute one round's values (see value_round()), record them and return them; `selected`: the
         round's selection where some selected were not aggregated (they are valued 0 in it); `groups`:
-        members valued as one player (value_round)."""
+        members valued as one player, `public`: members in every coalition, valued 0 (value_round)."""
         if round in self._rounds:
             raise ValueError(f"round {round} already recorded")
-        rv = value_round(game, participant_ids, round, spec, on_plan, groups)
+        rv = value_round(game, participant_ids, round, spec, on_plan, groups, public)
         if selected is not None and set(selected) != set(participant_ids):
             rv = dataclasses.replace(rv, selected=list(selected))
         self.add_round(rv)
@@ -208,6 +209,7 @@ class FederatedValuation:
             mask[t, [column[pid] for pid in rv.selected or rv.participants]] = True
             cols = [column[pid] for pid in rv.participants]
             accepted[t, cols] = True
+            accepted[t, [column[pid] for pid in rv.public]] = False  # every coalition held it: paid nothing
             fedsv[t, cols], loo[t, cols] = rv.fedsv, rv.loo
             variance[t, cols] = np.nan if rv.stderr is None else np.square(rv.stderr)
             if rv.folds is None:

@@ -51,7 +51,9 @@ def value_updates(
     `selected`: the round's selection, where some were not aggregated. Where the spec merges redundant
     members, those whose updates are far more alike than independent data give are valued as one
     player (fedsv.fl.redundancy); where the aggregation weighs them once (AggregationRule.once), so does
-    every coalition of the game.
+    every coalition of the game. An update marked public (ClientUpdate.public: nothing beyond the global
+    model's recent steps, aggregated because the guard's screens were off) is in every coalition, the
+    empty one too, and its member is valued exactly 0: what the coordinator broadcast earns nothing.
 
     The values are recorded in `accounting` unless valuation is off. Valuation needs no message beyond
     the updates the round already received. on_plan: see fedsv.valuation.accounting.rounds.value_round.
@@ -61,10 +63,13 @@ def value_updates(
     deltas = [u.delta for u in ordered]
     counts: list[float] = [float(u.num_samples) for u in ordered]
     merging = spec is not None and spec.merge_redundant
+    public = [i for i, u in enumerate(ordered) if u.public]
     # the deltas as received, as the coordinator's aggregation found them (fedsv.fl.aggregation)
     groups = redundant_groups(delta_matrices(deltas)) if merging or game_settings.aggregation.once else None
     if groups is not None and game_settings.aggregation.once:  # the game weighs them as the round did
         counts = weighed_once(groups, counts)
+    if groups is not None and public:  # a public update is in every coalition, in no group
+        groups = [kept for g in groups if (kept := [i for i in g if i not in public])]
     game = RoundGame(
         model,
         params,
@@ -81,4 +86,6 @@ def value_updates(
         before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
         zeros = np.zeros(len(ids))
         return RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
-    return accounting.value_round(game, ids, number, spec, on_plan, selected, groups if merging else None)
+    return accounting.value_round(
+        game, ids, number, spec, on_plan, selected, groups if merging else None, public
+    )

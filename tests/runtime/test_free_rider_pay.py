@@ -2,7 +2,10 @@
 mutual TLS): it holds data but trains nothing and sends the federation's own recent step from the
 global models it received, plus noise of that step's size. The guard turns it away in every round it
 is selected in (its first update is a zero, null; every later one a mimic's, public_step), and `fedsv
-payout` pays it nothing while every honest member is paid."""
+payout` pays it nothing while every honest member is paid. With the guard's direction check and screens
+off (`--no-update-direction`) it is aggregated, and still paid nothing: every update of it is marked
+public (nothing beyond the global model's recent steps), every coalition of its rounds' games holds it,
+and its value is 0."""
 
 from __future__ import annotations
 
@@ -40,6 +43,24 @@ def test_a_mimicking_free_rider_is_turned_away_and_paid_nothing(tmp_path: Path) 
     reasons = [r.refused.get("p005") for r in chosen]
     assert reasons[0] == "null_update" and set(reasons[1:]) == {"public_step"}, reasons
     assert all(set(r.refused) <= {"p005"} for r in rounds), [r.refused for r in rounds]  # honest: kept
+    _paid_nothing(out)
+
+
+def test_with_the_screens_off_a_mimic_is_aggregated_and_still_paid_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = launch(out, {**RUN, "update_direction": False}, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
+        rounds, values = ledger.rounds(), ledger.values()
+    assert not any(set(r.refused.values()) & {"null_update", "public_step"} for r in rounds)
+    rider = [v for v in values if v.participant == "p005"]
+    assert len(rider) >= 2 and all(v.public and v.fedsv == 0.0 and v.loo == 0.0 for v in rider), rider
+    assert not any(v.public for v in values if v.participant != "p005")
+    _paid_nothing(out)
+
+
+def _paid_nothing(out: Path) -> None:
+    """`fedsv payout` pays p005 nothing and every honest member something, the whole amount."""
     paid = subprocess.run(
         [sys.executable, "-m", "fedsv", "payout", str(out), "--amount", "10000"],
         capture_output=True, text=True, timeout=300, check=False,

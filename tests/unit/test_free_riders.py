@@ -32,3 +32,32 @@ def test_a_free_rider_is_refused_every_time_and_gets_nothing() -> None:
     honest = [v for p, v in zip(ids, values, strict=True) if p != "p003"]
     assert all(v > 0 for v in honest)  # below every honest member whose value lies above 0
     assert shares(values, [None] * len(ids), 1.0, "zero")[ids.index("p003")][0] == 0.0
+
+
+def test_with_the_screens_off_a_mimic_is_aggregated_and_paid_nothing() -> None:
+    """`update_direction` off: the mimic (the federation's own step from the models it received) is
+    aggregated, but each of its updates is public (nothing beyond the recent steps; its first, a zero,
+    nothing at all): every coalition of its rounds holds it, it is valued exactly 0 there, and the run
+    counts it as never aggregated for pay, so no pull towards members it looks like pays it anything."""
+    config = DemoConfig(
+        participants=6,
+        fraction=0.5,
+        rounds=8,
+        seed=0,
+        valuation=ValuationMethod.EXACT,
+        corrupt="5=mimic",
+        update_direction=False,
+    )
+    result = run_demo(config)
+    rounds = result.valuation.per_round()
+    aggregated = [r for r in rounds if "p005" in r.participants]
+    assert len(aggregated) >= 2 and all(r.public == ["p005"] for r in aggregated)
+    assert all(r.fedsv[r.participants.index("p005")] == 0.0 for r in aggregated)
+    assert all(not r.public for r in rounds if r not in aggregated)
+    totals = result.valuation.totals()
+    for key in ("fedsv", "fedsv_completed", "fedsv_shrunk"):
+        assert totals[key]["p005"] == 0.0, key
+    ids = sorted(totals["fedsv_shrunk"])
+    values = [totals["fedsv_shrunk"][p] or 0.0 for p in ids]
+    assert all(v > 0 for p, v in zip(ids, values, strict=True) if p != "p005")
+    assert shares(values, [None] * len(ids), 1.0, "zero")[ids.index("p005")][0] == 0.0

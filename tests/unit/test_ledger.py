@@ -264,6 +264,20 @@ def test_a_ledger_from_before_a_rounds_column_reads_it_as_not_recorded_and_migra
         assert getattr(ledger.rounds()[1], field) == recorded
 
 
+def test_a_schema_11_ledger_reads_no_value_as_public_and_migrates(tmp_path: Path) -> None:
+    path = _older_ledger(tmp_path, 11)
+    with Ledger(path, read_only=True) as reader:
+        assert {row.public for row in reader.values()} == {False} and reader.integrity_ok()
+    with Ledger(path) as ledger:
+        record = make_record(2)
+        values, traffic = make_rows(record)
+        public = [dataclasses.replace(values[0], public=True), *values[1:]]
+        ledger.commit_round(record, public, traffic, Checkpoint(2, b"p", "{}"))
+        assert [bool(row.public) for row in ledger.values() if row.round == 2] == [True] + [False] * (
+            len(values) - 1
+        )
+
+
 def test_a_schema_10_ledger_reads_every_value_as_valued_alone_and_migrates(tmp_path: Path) -> None:
     path = _older_ledger(tmp_path, 10)
     with Ledger(path, read_only=True) as reader:
@@ -291,6 +305,8 @@ def _older_ledger(tmp_path: Path, version: int) -> Path:
 def _downgrade(path: Path, version: int) -> None:
     """Make a current ledger look like what a coordinator of schema `version` left."""
     with sqlite3.connect(path) as conn:
+        if version < 12:  # no public updates
+            conn.execute("ALTER TABLE round_values DROP COLUMN public")
         if version < 11:  # no players of merged members
             conn.execute("ALTER TABLE round_values DROP COLUMN player")
         if version < 10:  # no valuation choice

@@ -69,6 +69,43 @@ def test_groups_must_partition_the_players() -> None:
     for bad in ([[0, 1]], [[0, 1], [1, 2]], [[0], [1], [2], [3]], [[0, 1, 2], []]):
         with pytest.raises(ValueError, match="partition"):
             check_groups(bad, 3)
+    for bad in ([[0], [1], [2]], [[0]], []):  # player 1 is in every coalition: the others, once each
+        with pytest.raises(ValueError, match="partition"):
+            check_groups(bad, 3, always=[1])
+
+
+def test_a_public_member_is_in_every_coalition_and_valued_zero() -> None:
+    """A member whose update holds nothing beyond what the coordinator broadcast (public) is in every
+    coalition, the empty one too: its value is 0, each other member's is its Shapley value in the game
+    that always holds the public member, and the round splits U(all) - U({public}), with or without
+    merged groups among the others."""
+    weights = np.array([0.3, 0.1, 0.5, 0.2, 0.4])
+
+    def utility(s: frozenset[int]) -> float:
+        return float(np.sqrt(sum(weights[i] for i in s)) - 0.2 * (2 in s) * (4 in s))
+
+    def with_public(s: frozenset[int]) -> float:  # players 0, 1, 3, 4 of the game that always holds 2
+        return utility(frozenset([0, 1, 3, 4][i] for i in s) | {2})
+
+    exact = ValuationSpec(method="exact")
+    values = FederatedValuation().value_round(CallableGame(utility, 5), list("abcde"), 1, exact, public=[2])
+    expected = np.insert(brute_shapley(with_public, 4), 2, 0.0)
+    np.testing.assert_allclose(values.fedsv, expected, atol=1e-12)
+    assert values.fedsv[2] == 0.0 and values.loo[2] == 0.0 and values.public == ["c"]
+    assert values.utility_before == pytest.approx(utility(frozenset({2})))
+    assert values.fedsv.sum() == pytest.approx(utility(frozenset(range(5))) - utility(frozenset({2})))
+    assert "c in every coalition, valued 0" in values.choice
+    merged = FederatedValuation().value_round(
+        CallableGame(utility, 5), list("abcde"), 1, exact, groups=[[0, 3], [1], [4]], public=[2]
+    )
+
+    def groups_with_public(s: frozenset[int]) -> float:
+        return utility(frozenset(i for g in s for i in ([0, 3], [1], [4])[g]) | {2})
+
+    per_group = brute_shapley(groups_with_public, 3)
+    expected = np.array([per_group[0] / 2, per_group[1], 0.0, per_group[0] / 2, per_group[2]])
+    np.testing.assert_allclose(merged.fedsv, expected, atol=1e-12)
+    assert merged.public == ["c"] and merged.merged == [["a", "d"]]
 
 
 @dataclass(frozen=True)

@@ -91,3 +91,38 @@ def test_the_steps_span_a_mimics_step_from_any_of_the_kept_rounds_and_forget_old
     assert float(public.along(other) @ (other - public.along(other))) == pytest.approx(0.0, abs=1e-9)
     public.observe({"w": torch.zeros(5)})  # another model: the steps start again
     assert public.rank == 0 and mimicked([ClientUpdate("p0", step, 1)], public, step) == {}
+
+
+@pytest.mark.parametrize("skewed", [False, True])
+@pytest.mark.parametrize("rider", ["mimic", "mimic:1", None])
+def test_with_the_screens_off_a_mimic_is_kept_but_marked_public(skewed: bool, rider: str | None) -> None:
+    """`--no-update-direction`: nothing is turned away for its direction or as a free rider, but an update
+    holding nothing beyond the recent steps (or nothing at all: a mimic's first) is marked public, so the
+    round's game holds it in every coalition and pays it nothing; an honest member's never is."""
+    members = _federation(skewed)
+    model = _model()
+    params = params_of(model)
+    validation = EvalSet(*_data(np.random.default_rng(7), 300, list(range(CLASSES))))
+    memory, config = GuardMemory(), TrainConfig(epochs=2, batch_size=10, lr=0.05)
+    corruption = parse_corruption(rider or "mimic")
+    marked: list[int] = []
+    for t in range(1, 9):
+        updates = [
+            ClientUpdate(f"p{k}", local_update(model, params, x, y, config, seed=100 * t + k), len(y))
+            for k, (x, y) in enumerate(members)
+        ]
+        if rider is not None:
+            updates.append(ClientUpdate("p999", corruption.send(dict(updates[0].delta), t, params, t), 200))
+        referee = ValidationReferee(model, params, validation)
+        off = GuardSettings(direction=False)
+        guarded = guard_updates(updates, NormBound(), off, memory, [200] * 9, referee, params)
+        assert not (guarded.mimic or guarded.null or guarded.turned_away or guarded.worse), t
+        public = {u.participant for u in guarded.updates if u.public}
+        assert public == set(guarded.public) <= {"p999"}, (t, guarded.public)  # never an honest member
+        if "p999" in public:
+            marked.append(t)
+        elif rider is not None:  # not kept (over the norm bound, or quarantined): else it is marked
+            assert "p999" in guarded.bounded.rejected or "p999" in guarded.held, t
+        params = aggregate(params, guarded.updates, t)
+    if rider is not None:
+        assert len(marked) >= 6, marked

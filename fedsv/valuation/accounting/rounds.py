@@ -15,7 +15,7 @@ from fedsv.valuation.accounting.by_class import ClassValues, FoldValues, SplitVa
 from fedsv.valuation.games.api import Plan, make_estimator, plan_game
 from fedsv.valuation.games.game import Game
 from fedsv.valuation.games.loo import LeaveOneOut
-from fedsv.valuation.games.merged_game import MergedGame, check_groups, merges
+from fedsv.valuation.games.merged_game import MergedGame, alone, check_groups, merges
 from fedsv.valuation.games.result import ValuationResult
 from fedsv.valuation.games.spec import ValuationSpec
 
@@ -69,6 +69,9 @@ class RoundValues:
     merged: list[list[str]] = field(default_factory=list)  # participants valued as one player (redundant:
     # their updates far more alike than independent data give), each group of two or more; the run
     # values them as one owner (owners.py)
+    public: list[str] = field(default_factory=list)  # participants whose updates held nothing beyond the
+    # global model's recent steps (aggregated with the guard's screens off): every coalition held them,
+    # their values are 0, and the run counts them as not aggregated (round_matrices: paid nothing)
 
     def __post_init__(self) -> None:
         self.fedsv = np.asarray(self.fedsv, dtype=np.float64)
@@ -95,6 +98,10 @@ class RoundValues:
         grouped = [pid for group in self.merged for pid in group]
         if len(set(grouped)) != len(grouped) or not set(grouped) <= set(self.participants):
             raise ValueError(f"round {self.round}: merged groups {self.merged} are not disjoint participants")
+        if not set(self.public) <= set(self.participants) or set(self.public) & set(grouped):
+            raise ValueError(
+                f"round {self.round}: public {self.public} are not participants apart from groups"
+            )
         if any(len(group) < 2 for group in self.merged):
             raise ValueError(f"round {self.round}: a merged group of fewer than two in {self.merged}")
         if self.classes is not None and self.classes.values.shape[0] != n:
@@ -142,6 +149,14 @@ def merged_note(ids: Sequence[str], groups: Sequence[Sequence[int]]) -> str:
     return "; ".join(said) + " (updates far more alike than independent data give)" if said else ""
 
 
+def public_note(ids: Sequence[str], public: Sequence[int]) -> str:
+    """What a round's choice says of the members whose updates it held in every coalition."""
+    if not public:
+        return ""
+    names = " and ".join(ids[i] for i in public)
+    return f"{names} in every coalition, valued 0 (nothing beyond the global model's recent steps)"
+
+
 def _expanded(play: MergedGame, split: SplitValues) -> SplitValues:
     """A merged game's values per label and fold, per member (a group's split equally)."""
     classes = folds = None
@@ -159,6 +174,7 @@ def value_round(
     spec: ValuationSpec | None = None,
     on_plan: Callable[[Plan], None] | None = None,
     groups: Sequence[Sequence[int]] | None = None,
+    public: Sequence[int] = (),
 ) -> RoundValues:
     """Run the planned Shapley estimator and leave-one-out on one round's game (shared cache), timed.
 
@@ -166,13 +182,17 @@ def value_round(
     budget) before the estimator runs: a caller that keeps it can value the round again identically.
     `groups`: a partition of the players into those valued as one player (redundant members: a group's
     values, its leave-one-out and its values per label split equally among them); None: each alone.
+    `public`: players whose updates hold nothing beyond what the coordinator broadcast (fedsv.fl.
+    public_steps): in every coalition, the empty one too, and valued exactly 0; `groups` then partition
+    the others.
     """
     ids = list(participant_ids)
     if len(ids) != game.m:
         raise ValueError(f"round {round}: {len(ids)} participant ids for a game of {game.m} players")
     spec = spec or ValuationSpec()
-    groups = check_groups(groups, game.m) if groups is not None else [[i] for i in range(game.m)]
-    play = MergedGame(game, groups) if merges(groups) else None
+    public = sorted({int(i) for i in public})
+    groups = check_groups(groups, game.m, public) if groups is not None else alone(game.m, public)
+    play = MergedGame(game, groups, public) if merges(groups) or public else None
     before = game.evaluations
     start, cpu_start = time.perf_counter(), time.process_time()
     valued = game if play is None else play
@@ -188,7 +208,7 @@ def value_round(
     if play is not None:
         fedsv, loo_values, stderr = play.expand(fedsv), play.expand(loo_values), play.expand(stderr)
         split = _expanded(play, split)
-        choice = "; ".join(filter(None, (choice, merged_note(ids, groups))))
+        choice = "; ".join(filter(None, (choice, merged_note(ids, groups), public_note(ids, public))))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     rv = RoundValues(
         round=int(round),
@@ -207,6 +227,7 @@ def value_round(
         folds=split.folds,
         choice=choice,
         merged=[[ids[i] for i in g] for g in groups if len(g) > 1],
+        public=[ids[i] for i in public],
     )
     logger.info(
         "round %d: %s over %d participants (%s), %d evaluations, %.3fs, largest stderr %.2g, residual %.2e",
