@@ -31,6 +31,7 @@ CSV_COLUMNS = (
     "rounds_selected",
     "rounds_refused",
     "rounds_quarantined",
+    "rounds_public",
     "num_samples",
     *TOTAL_KEYS,
     *(f"{key}_stderr" for key in TOTAL_KEYS),
@@ -38,7 +39,9 @@ CSV_COLUMNS = (
     "group",
     "separated_from_next",
 )
-"""values.csv: a participant's totals and their standard errors against a rerun (empty: unknown), its rank
+"""values.csv: a participant's rounds (selected in; turned away or absent in; quarantined in; public in:
+aggregated with the guard's screens off, its update holding nothing beyond the global model's recent
+steps, so valued 0), its totals and their standard errors against a rerun (empty: unknown), its rank
 by the recommended value, its group (members the verdict cannot tell apart share one), and whether it is
 separated from the next rank at 95%."""
 
@@ -76,6 +79,7 @@ def _round_entry(
         "test_accuracy": _num(rec.test_accuracy),
         "test_loss": _num(rec.test_loss),
         "values": {r.participant: r.fedsv for r in rows},
+        "public": [r.participant for r in rows if r.public],  # in every coalition, valued 0
         "stderr": {r.participant: _num(r.fedsv_stderr) for r in rows},
         "max_stderr": _num(rec.max_stderr),
         "status": str(rec.status),
@@ -267,6 +271,7 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     selected: dict[str, int] = {}
     refused: dict[str, int] = {}
     quarantined: dict[str, int] = {}
+    public: dict[str, int] = {}
     samples: dict[str, int] = {}  # the count each declared in the last round it was aggregated in
     for entry in report["rounds"]:
         for pid in entry["selected"]:
@@ -275,6 +280,8 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             refused[pid] = refused.get(pid, 0) + 1
             if why == "quarantined":
                 quarantined[pid] = quarantined.get(pid, 0) + 1
+        for pid in entry.get("public", []):
+            public[pid] = public.get(pid, 0) + 1
         samples.update(entry.get("num_samples", {}))
     ids = list(dict.fromkeys([*report["summary"]["participants"], *selected, *totals["fedsv"]]))
     groups = report.get("verdict", {}).get("groups", [])
@@ -291,6 +298,7 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             "rounds_selected": selected.get(pid, 0),
             "rounds_refused": refused.get(pid, 0),
             "rounds_quarantined": quarantined.get(pid, 0),
+            "rounds_public": public.get(pid, 0),
             "num_samples": samples.get(pid),
         }
         | {key: total(key, pid) for key in TOTAL_KEYS}

@@ -92,6 +92,8 @@ def format_table(report: dict[str, Any]) -> str:
         mark = f"  (corrupted: {corrupted[row['participant']]})" if row["participant"] in corrupted else ""
         if row.get("rounds_quarantined"):
             mark += f"  (quarantined in {row['rounds_quarantined']} rounds)"
+        if row.get("rounds_public"):
+            mark += f"  (public in {row['rounds_public']} rounds: nothing beyond the global model's steps)"
         samples = "-" if row["num_samples"] is None else str(row["num_samples"])
         rank = f"{row['rank']:>4}{'~' if row['separated_from_next'] is False else ' '}"
         group = "-" if row["group"] is None else str(row["group"])

@@ -56,6 +56,9 @@ def test_with_the_screens_off_a_mimic_is_aggregated_and_still_paid_nothing(tmp_p
     rider = [v for v in values if v.participant == "p005"]
     assert len(rider) >= 2 and all(v.public and v.fedsv == 0.0 and v.loo == 0.0 for v in rider), rider
     assert not any(v.public for v in values if v.participant != "p005")
+    with (out / "values.csv").open() as handle:  # the report says in how many rounds, of whom
+        public = {row["participant"]: int(row["rounds_public"]) for row in csv.DictReader(handle)}
+    assert public == {f"p{r:03d}": len(rider) if r == 5 else 0 for r in range(6)}, public
     _paid_nothing(out)
 
 

@@ -138,8 +138,9 @@ def test_write_outputs_and_table(run_dir: tuple[Path, FederatedValuation]) -> No
         rows = list(csv.DictReader(handle))
     assert sorted(r["participant"] for r in rows) == PARTICIPANTS
     assert list(rows[0]) == ["participant", "rounds_selected", "rounds_refused", "rounds_quarantined",
-                             "num_samples", *TOTAL_KEYS, *(f"{key}_stderr" for key in TOTAL_KEYS), "rank",
-                             "group", "separated_from_next"]  # fmt: skip
+                             "rounds_public", "num_samples", *TOTAL_KEYS,
+                             *(f"{key}_stderr" for key in TOTAL_KEYS), "rank", "group",
+                             "separated_from_next"]  # fmt: skip
     fedsv = expected.totals()["fedsv"]
     completed = expected.totals()["fedsv_completed"]  # the recommended value ranks
     best = max(completed, key=lambda p: completed[p])
