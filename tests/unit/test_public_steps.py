@@ -44,21 +44,30 @@ def _federation(skewed: bool) -> list[tuple[np.ndarray, np.ndarray]]:
     ]
 
 
+def _validation() -> EvalSet:
+    return EvalSet(*_data(np.random.default_rng(7), 300, list(range(CLASSES))))
+
+
+def _honest_updates(
+    members: list[tuple[np.ndarray, np.ndarray]], model: nn.Module, params: dict[str, torch.Tensor], t: int
+) -> list[ClientUpdate]:
+    """Round t's real SGD updates of every honest member from w_t = params."""
+    config = TrainConfig(epochs=2, batch_size=10, lr=0.05)
+    return [
+        ClientUpdate(f"p{k}", local_update(model, params, x, y, config, seed=100 * t + k), len(y))
+        for k, (x, y) in enumerate(members)
+    ]
+
+
 @pytest.mark.parametrize("skewed", [False, True])
 @pytest.mark.parametrize("rider", ["mimic", "mimic:1", "mimic:3", "noise at the honest norm", None])
 def test_a_mimic_is_turned_away_and_honest_members_never_are(skewed: bool, rider: str | None) -> None:
-    members = _federation(skewed)
-    model = _model()
-    params = params_of(model)
-    validation = EvalSet(*_data(np.random.default_rng(7), 300, list(range(CLASSES))))
-    memory, config = GuardMemory(), TrainConfig(epochs=2, batch_size=10, lr=0.05)
+    members, model, validation = _federation(skewed), _model(), _validation()
+    params, memory = params_of(model), GuardMemory()
     corruption = parse_corruption("mimic" if rider is None else rider.replace(" at the honest norm", ":1"))
     caught: list[int] = []
     for t in range(1, 9):
-        updates = [
-            ClientUpdate(f"p{k}", local_update(model, params, x, y, config, seed=100 * t + k), len(y))
-            for k, (x, y) in enumerate(members)
-        ]
+        updates = _honest_updates(members, model, params, t)
         if rider is not None:
             if rider.startswith("noise"):
                 norm = float(np.median([float(u.delta["0.weight"].norm()) for u in updates]))
@@ -99,18 +108,12 @@ def test_with_the_screens_off_a_mimic_is_kept_but_marked_public(skewed: bool, ri
     """`--no-update-direction`: nothing is turned away for its direction or as a free rider, but an update
     holding nothing beyond the recent steps (or nothing at all: a mimic's first) is marked public, so the
     round's game holds it in every coalition and pays it nothing; an honest member's never is."""
-    members = _federation(skewed)
-    model = _model()
-    params = params_of(model)
-    validation = EvalSet(*_data(np.random.default_rng(7), 300, list(range(CLASSES))))
-    memory, config = GuardMemory(), TrainConfig(epochs=2, batch_size=10, lr=0.05)
+    members, model, validation = _federation(skewed), _model(), _validation()
+    params, memory = params_of(model), GuardMemory()
     corruption = parse_corruption(rider or "mimic")
     marked: list[int] = []
     for t in range(1, 9):
-        updates = [
-            ClientUpdate(f"p{k}", local_update(model, params, x, y, config, seed=100 * t + k), len(y))
-            for k, (x, y) in enumerate(members)
-        ]
+        updates = _honest_updates(members, model, params, t)
         if rider is not None:
             updates.append(ClientUpdate("p999", corruption.send(dict(updates[0].delta), t, params, t), 200))
         referee = ValidationReferee(model, params, validation)
