@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fedsv.app.demo import DemoConfig, run_demo
 from fedsv.app.payout import shares
 from fedsv.settings.choices import ValuationMethod
+
+
+def _six_members(**settings: Any) -> DemoConfig:
+    """Six members, three a round, exact values, and `settings`."""
+    return DemoConfig(participants=6, fraction=0.5, valuation=ValuationMethod.EXACT, **settings)
 
 
 def test_a_free_rider_is_refused_every_time_and_gets_nothing() -> None:
     """The global model sent back untrained under a false count of 10^7 (update_guard's unit tests cover
     noise and the other null updates)."""
     rider = "replay+count:10000000"
-    config = DemoConfig(
-        participants=6,
-        fraction=0.5,
-        rounds=4,
-        seed=1,
-        valuation=ValuationMethod.EXACT,
-        validation_size=300,
-        corrupt=f"3={rider}",
-    )
+    config = _six_members(rounds=4, seed=1, validation_size=300, corrupt=f"3={rider}")
     result = run_demo(config)
     rounds = result.valuation.per_round()
     picked = [r.round for r in rounds if "p003" in (r.selected or r.participants)]
@@ -39,15 +38,7 @@ def test_with_the_screens_off_a_mimic_is_aggregated_and_paid_nothing() -> None:
     aggregated, but each of its updates is public (nothing beyond the recent steps; its first, a zero,
     nothing at all): every coalition of its rounds holds it, it is valued exactly 0 there, and the run
     counts it as never aggregated for pay, so no pull towards members it looks like pays it anything."""
-    config = DemoConfig(
-        participants=6,
-        fraction=0.5,
-        rounds=8,
-        seed=0,
-        valuation=ValuationMethod.EXACT,
-        corrupt="5=mimic",
-        update_direction=False,
-    )
+    config = _six_members(rounds=8, seed=0, corrupt="5=mimic", update_direction=False)
     result = run_demo(config)
     rounds = result.valuation.per_round()
     aggregated = [r for r in rounds if "p005" in r.participants]
