@@ -13,9 +13,11 @@ Each is run with the defaults (the guard on, exact values, trained and valued in
 non-IID, seeds 0-2, 8 rounds. Per case it prints the rider's payout share by the recommended value
 (negative values paid nothing) at its worst seed, the lowest honest member's share in that run, their
 ratio (the target: at most 1/8; an honest member of a skewed federation can be worth nothing), and in
-how many of its selected rounds the guard turned it away. `--undetected` runs the
-mimics with the guard's direction check and screens off (`--no-update-direction`), to show what the
-values alone do.
+how many of its selected rounds the guard turned it away. `--undetected` runs every
+kind with the guard's direction check and screens off (`--no-update-direction`): nothing is turned
+away for its direction or as a free rider, and what the rider is paid is what valuation does with an
+aggregated update that holds nothing beyond the global model's recent steps (public: in every
+coalition, valued 0; docs/valuation.md).
 
     python benchmarks/bench_free_riders.py                 # about 20 minutes on 2 cores
 """
@@ -67,9 +69,9 @@ def main() -> None:
     )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--kinds", default=",".join(KINDS))
-    parser.add_argument("--undetected", action="store_true", help="the mimics with the guard's screens off")
+    parser.add_argument("--undetected", action="store_true", help="the guard's screens off")
     args = parser.parse_args()
-    kinds = [k for k in args.kinds.split(",") if not args.undetected or k.startswith("mimic")]
+    kinds = args.kinds.split(",")
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
     print(f"guard: {'off (--no-update-direction)' if args.undetected else 'on (the defaults)'}\n")
     print(
