@@ -111,8 +111,10 @@ RUN_SETTINGS: dict[str, Any] = {  # name -> pydantic FieldInfo (Field's type is 
         description=(
             "turn away an update that points against the validation loss's descent and the round's other "
             "updates (further than any accepted so far) when the round's FedAvg is better without it, a "
-            "null update (a free rider's), and agreeing updates against the descent in a round whose "
-            "FedAvg is worse than w_t"
+            "null update (a free rider's), one with nothing beyond the global model's recent steps (a "
+            "mimic's), and agreeing updates against the descent in a round whose FedAvg is worse than "
+            "w_t; off, a zero update or one with nothing beyond those steps but noise is aggregated and "
+            "valued 0 (public)"
         ),
     ),
     "update_norm_history": Field(
