@@ -242,6 +242,7 @@ class RoundLoop:
                 100 * along,
             )
         for pid, along in guarded.public.items():
+            self.metrics.updates_public.inc()
             logger.warning(
                 "round %d: %s's update carries nothing beyond the global model's recent steps (%.0f%% of "
                 "it along them): aggregated (the guard's screens are off), valued 0 in every coalition",

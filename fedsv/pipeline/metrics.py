@@ -60,6 +60,12 @@ class RunMetrics:
         self.updates_rejected = Counter(
             "fedsv_updates_rejected", "RPCs/updates refused", ["reason"], registry=r
         )
+        self.updates_public = Counter(
+            "fedsv_updates_public",
+            "Updates aggregated with the guard's screens off that held nothing beyond the global model's "
+            "recent steps (zero, a mimic's step, noise): every coalition holds them, valued 0",
+            registry=r,
+        )
         self.participant_quarantined = Gauge(
             "fedsv_participant_quarantined",
             "1 while the participant is quarantined (its updates valued, not aggregated), else 0",
