@@ -154,7 +154,7 @@ def mimicked(
     updates: Sequence[ClientUpdate], public: PublicSteps, descent: Mapping[str, Tensor]
 ) -> dict[str, float]:
     """Participants whose update carries nothing beyond the global model's recent steps (module doc),
-    with the share of its norm along them. Never every update."""
+    a zero update too, with the share of its norm along them. Never every update."""
     if not updates or not public.names:
         return {}
     flats = {u.participant: public.flat(u.delta) for u in updates}
@@ -174,8 +174,9 @@ def mimicked(
     out: dict[str, float] = {}
     for pid, flat in flats.items():
         size = float(flat.norm())
-        if size == 0.0:
-            continue  # update_screen's null test: norm 0
+        if size == 0.0:  # nothing at all (where the screens run, update_screen's null test took it first)
+            out[pid] = 0.0
+            continue
         rest = beyond(flat)
         along = float((flat - rest).norm()) / size
         if float(rest.norm()) <= EXACT * size:

@@ -212,10 +212,7 @@ def guard_updates(
                 found = directions(rest, referee) if len(rest) >= 2 else None
     public: dict[str, float] = {}
     if not settings.direction and referee is not None:  # the screens off: aggregated, but paid nothing
-        zero = {u.participant: 0.0 for u in bounded.updates if bounded.norms[u.participant] == 0.0}
-        public = {**zero, **mimicked(bounded.updates, memory.public, referee.descent())}
-        if len(public) == len(bounded.updates):  # never every update: the round's game needs a player
-            public = {}
+        public = mimicked(bounded.updates, memory.public, referee.descent())
     dropped = {**turned_away, **null, **mimic, **worse}
     kept = [
         replace(u, public=True) if u.participant in public else u

@@ -171,9 +171,7 @@ class Fits:
         means = _summed(bucket, weights * np.nan_to_num(table), draws * n)[bucket]
         squares = np.where(pulled, np.square(np.nan_to_num(table) - means), 0.0).sum(axis=1)
         members = pulled.sum(axis=1)
-        groups = (np.bincount(bucket.ravel(), minlength=draws * n + 1)[:-1].reshape(draws, n) >= 2).sum(
-            axis=1
-        )
+        groups = (size[:-1].reshape(draws, n) >= 2).sum(axis=1)  # the pulled groups: two or more each
         freedom = members - groups
         mean_noise = np.where(pulled, np.nan_to_num(noise), 0.0).sum(axis=1) / np.maximum(members, 1)
         quantile = (
