@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedsv.app.report_owners import lookalikes, round_alike
 from fedsv.app.run_dirs import resolve_run
 from fedsv.fl.ranks import participant_id
 from fedsv.ledger import EffectRow, Ledger, RoundRecord, UpdateRow, ValueRow, federated_valuation
@@ -80,6 +81,7 @@ def _round_entry(
         "test_loss": _num(rec.test_loss),
         "values": {r.participant: r.fedsv for r in rows},
         "public": [r.participant for r in rows if r.public],  # in every coalition, valued 0
+        "alike": round_alike(rows),  # updates far more alike than independent data give, valued apart
         "stderr": {r.participant: _num(r.fedsv_stderr) for r in rows},
         "max_stderr": _num(rec.max_stderr),
         "status": str(rec.status),
@@ -140,13 +142,13 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     n = max(1, len(records))
     values = _values(valuation, records)
     owners = valuation.owners().shared()  # participants valued as one owner (merged in a round)
+    rounds = [
+        _round_entry(rec, rows_of[rec.round], updates_of[rec.round], effects_of[rec.round]) for rec in records
+    ]
     return {
         "run_id": run[0],
         "config": run[1],
-        "rounds": [
-            _round_entry(rec, rows_of[rec.round], updates_of[rec.round], effects_of[rec.round])
-            for rec in records
-        ],
+        "rounds": rounds,
         "recommended": RECOMMENDED,
         "totals": values.totals,
         "stderr": values.stderr,
@@ -154,6 +156,7 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         "stderr_parts": values.parts,
         "pending_rounds": values.pending,
         "owners": owners,
+        "lookalikes": lookalikes(rounds),  # members valued apart whose updates looked like copies
         "verdict": _verdict(values.totals[VERDICT_VALUE], values.between[VERDICT_VALUE], owners),
         "completion": None
         if completion is None
@@ -246,15 +249,6 @@ def _verdict(values: dict[str, Any], errors: dict[str, Any], owners: list[list[s
         "distinguishes": result.distinguishes,
         "groups": result.groups,
     }
-
-
-def owner_lines(report: dict[str, Any]) -> list[str]:
-    """One line per owner of several participants (report.json's `owners`), for the table and the page."""
-    return [
-        f"{' and '.join(owner)}: valued as one owner (their updates were far more alike than independent "
-        "data give); tested as one member, their value split equally"
-        for owner in report.get("owners", [])
-    ]
 
 
 def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -18,7 +18,8 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from fedsv.app.payout import NEGATIVE, RULES, VALUES
-from fedsv.app.report import RECOMMENDED, owner_lines, ranked_rows
+from fedsv.app.report import RECOMMENDED, ranked_rows
+from fedsv.app.report_owners import owner_lines
 from fedsv.valuation.accounting.verdict import Z95
 
 SECTIONS = ("run", "verdict", "values", "cumulative", "labels", "payout", "guard", "members")

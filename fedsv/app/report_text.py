@@ -6,7 +6,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedsv.app.report import owner_lines, ranked_rows
+from fedsv.app.report import ranked_rows
+from fedsv.app.report_owners import owner_lines
 from fedsv.app.run_dirs import RunDir
 
 

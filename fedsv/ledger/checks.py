@@ -32,6 +32,8 @@ def check_values(n: int, received: Sequence[str], values: Sequence[ValueRow]) ->
             raise LedgerError(f"round {n}: value row {row} is not of a participant received in this round")
         if row.player and row.player not in received:
             raise LedgerError(f"round {n}: value row {row} names a player not received in this round")
+        if row.alike and row.alike not in received:
+            raise LedgerError(f"round {n}: value row {row} names a look-alike not received in this round")
         if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in reals):
             raise LedgerError(f"round {n}: value row {row} holds a non-finite or non-numeric value")
         error = row.fedsv_stderr

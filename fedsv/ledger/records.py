@@ -108,6 +108,8 @@ class ValueRow:
     fedsv_stderr: float = math.nan  # 0 where exact, inf where unknown; NaN: not recorded (older ledgers)
     player: str = ""  # valued as one player with others (redundant): the first of them; "": alone
     public: bool = False  # its update held nothing beyond the global model's recent steps: valued 0
+    alike: str = ""  # its update looked redundant with others' but was valued apart (merging off): the
+    # first of them; "": none alike
 
 
 @dataclass(frozen=True)

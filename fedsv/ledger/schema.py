@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from fedsv.ledger.records import FoldValueRow, RoundRecord, RoundStatus, ValueRow
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 """Version 2 added the updates table (each aggregated update's sample count) and the rounds' valued_at
 (when a round's values were committed: valuation may run behind the rounds). Version 3 added the
 rounds' status (pending, valued, not_valued), which older files spell as the method "pending" or
@@ -27,7 +27,9 @@ older rounds read as not recorded (''). Version 11 added the player each value w
 valuation/accounting/owners.py); older values read as alone (''). Version 12 added whether a value's
 update was public (round_values.public: aggregated with the guard's screens off, it held nothing beyond
 the global model's recent steps, so every coalition held it and it was valued 0; fedsv/fl/public_steps.py);
-older values read as not public (0).
+older values read as not public (0). Version 13 added the members a value's update looked redundant
+with while valued apart (round_values.alike: the first of them, '' for none; merging off, RoundValues.
+alike); older values read as none ('').
 A coordinator migrates an older file when it opens it (MIGRATIONS); a reader reads it as is
 (round_columns)."""
 
@@ -77,7 +79,8 @@ CREATE = [
     "CREATE TABLE round_values (round INTEGER NOT NULL REFERENCES rounds(round), participant TEXT NOT NULL, "
     "fedsv REAL NOT NULL, loo REAL NOT NULL, fedsv_normalized REAL NOT NULL, loo_normalized REAL NOT NULL, "
     "fedsv_stderr REAL, player TEXT NOT NULL DEFAULT '', "
-    f"public INTEGER NOT NULL DEFAULT 0 CHECK (public IN (0, 1)), PRIMARY KEY (round, participant)){STRICT}",
+    "public INTEGER NOT NULL DEFAULT 0 CHECK (public IN (0, 1)), alike TEXT NOT NULL DEFAULT '', "
+    f"PRIMARY KEY (round, participant)){STRICT}",
     "CREATE TABLE traffic (round INTEGER NOT NULL REFERENCES rounds(round), rpc TEXT NOT NULL, "
     "direction TEXT NOT NULL CHECK (direction IN ('up', 'down')), bytes INTEGER NOT NULL, "
     f"messages INTEGER NOT NULL, PRIMARY KEY (round, rpc, direction)){STRICT}",
@@ -154,6 +157,10 @@ def _to_12(conn: sqlite3.Connection) -> None:
     )
 
 
+def _to_13(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE round_values ADD COLUMN alike TEXT NOT NULL DEFAULT ''")
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _to_2,
     2: _to_3,
@@ -166,6 +173,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     9: _to_10,
     10: _to_11,
     11: _to_12,
+    12: _to_13,
 }
 """version -> the step that brings a file of that version to the next."""
 
@@ -211,6 +219,8 @@ def value_columns(version: int) -> str:
         stand_ins["player"] = "''"
     if version < 12:
         stand_ins["public"] = "0"
+    if version < 13:
+        stand_ins["alike"] = "''"
     return ", ".join(stand_ins.get(name, name) for name in VALUE_FIELDS)
 
 

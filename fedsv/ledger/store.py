@@ -195,7 +195,9 @@ class Ledger(LedgerFile):
             f"SELECT {schema.value_columns(self._version)} FROM round_values ORDER BY round, rowid"
         )
         return [
-            ValueRow(r[0], r[1], r[2], r[3], r[4], r[5], math.nan if r[6] is None else r[6], r[7], bool(r[8]))
+            ValueRow(
+                r[0], r[1], r[2], r[3], r[4], r[5], math.nan if r[6] is None else r[6], r[7], bool(r[8]), r[9]
+            )
             for r in rows
         ]
 

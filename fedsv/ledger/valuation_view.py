@@ -32,6 +32,7 @@ def value_rows(values: RoundValues) -> list[ValueRow]:
     errors = np.full(len(values.participants), np.nan) if values.stderr is None else values.stderr
     player = {pid: group[0] for group in values.merged for pid in group}
     public = set(values.public)
+    alike = {pid: group[0] for group in values.alike for pid in group}
     return [
         ValueRow(
             values.round,
@@ -43,6 +44,7 @@ def value_rows(values: RoundValues) -> list[ValueRow]:
             float(errors[i]),
             player.get(pid, ""),
             pid in public,
+            alike.get(pid, ""),
         )
         for i, pid in enumerate(values.participants)
     ]
@@ -138,20 +140,22 @@ def federated_valuation(
                 classes=_by_label(classes_of.get(number, []), [r.participant for r in round_rows]),
                 folds=_by_fold(folds_of.get(number, []), [r.participant for r in round_rows]),
                 selected=list(record.selected),
-                merged=_merged(round_rows),
+                merged=_linked(round_rows, "player"),
                 public=[r.participant for r in round_rows if r.public],
+                alike=_linked(round_rows, "alike"),
             )
         )
     return accounting
 
 
-def _merged(rows: list[ValueRow]) -> list[list[str]]:
-    """The round's members valued as one player, from each value's player (a lone player's is dropped:
-    an altered file cannot name a group of one)."""
+def _linked(rows: list[ValueRow], column: str) -> list[list[str]]:
+    """The round's members linked by `column` (player: valued as one player; alike: looked redundant,
+    valued apart), from each value's first member (a group of one is dropped: an altered file cannot
+    name it)."""
     groups: dict[str, list[str]] = {}
     for row in rows:
-        if row.player:
-            groups.setdefault(row.player, []).append(row.participant)
+        if first := getattr(row, column):
+            groups.setdefault(first, []).append(row.participant)
     return [group for group in groups.values() if len(group) > 1]
 
 

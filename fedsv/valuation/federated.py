@@ -68,13 +68,15 @@ class FederatedValuation:
         selected: Sequence[str] | None = None,
         groups: Sequence[Sequence[int]] | None = None,
         public: Sequence[int] = (),
+        alike: Sequence[Sequence[int]] = (),
     ) -> RoundValues:
         """Compute one round's values (see value_round()), record them and return them; `selected`: the
         round's selection where some selected were not aggregated (they are valued 0 in it); `groups`:
-        members valued as one player, `public`: members in every coalition, valued 0 (value_round)."""
+        members valued as one player, `public`: members in every coalition, valued 0, `alike`: members
+        that looked redundant, valued apart (value_round)."""
         if round in self._rounds:
             raise ValueError(f"round {round} already recorded")
-        rv = value_round(game, participant_ids, round, spec, on_plan, groups, public)
+        rv = value_round(game, participant_ids, round, spec, on_plan, groups, public, alike)
         if selected is not None and set(selected) != set(participant_ids):
             rv = dataclasses.replace(rv, selected=list(selected))
         self.add_round(rv)

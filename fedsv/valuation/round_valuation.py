@@ -54,6 +54,8 @@ def value_updates(
     every coalition of the game. An update marked public (ClientUpdate.public: nothing beyond the global
     model's recent steps, aggregated because the guard's screens were off) is in every coalition, the
     empty one too, and its member is valued exactly 0: what the coordinator broadcast earns nothing.
+    With merging off, members whose updates look redundant are valued apart and named
+    (RoundValues.alike), so that a report can say who may have joined twice.
 
     The values are recorded in `accounting` unless valuation is off. Valuation needs no message beyond
     the updates the round already received. on_plan: see fedsv.valuation.accounting.rounds.value_round.
@@ -64,8 +66,10 @@ def value_updates(
     counts: list[float] = [float(u.num_samples) for u in ordered]
     merging = spec is not None and spec.merge_redundant
     public = [i for i, u in enumerate(ordered) if u.public]
-    # the deltas as received, as the coordinator's aggregation found them (fedsv.fl.aggregation)
-    groups = redundant_groups(delta_matrices(deltas)) if merging or game_settings.aggregation.once else None
+    # the deltas as received, as the coordinator's aggregation found them (fedsv.fl.aggregation); with
+    # merging off they are still looked at, so that a report can name look-alike members
+    looked = spec is not None or game_settings.aggregation.once
+    groups = redundant_groups(delta_matrices(deltas)) if looked and deltas else None
     if groups is not None and game_settings.aggregation.once:  # the game weighs them as the round did
         counts = weighed_once(groups, counts)
     if groups is not None and public:  # a public update is in every coalition, in no group
@@ -86,6 +90,7 @@ def value_updates(
         before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
         zeros = np.zeros(len(ids))
         return RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
+    alike = [] if merging or groups is None else [g for g in groups if len(g) > 1]
     return accounting.value_round(
-        game, ids, number, spec, on_plan, selected, groups if merging else None, public
+        game, ids, number, spec, on_plan, selected, groups if merging else None, public, alike
     )

@@ -2,7 +2,8 @@
 mutual TLS) with --valuation-merge-redundant: its second identity holds a copy of its data and trains
 with its own shuffling. Every round values the two as one player, the ledger keeps it, the report
 names them one owner and tests it as one member, and `fedsv payout --rule groups` pays the two
-together no more than another owner of their group."""
+together no more than another owner of their group. With merging off, the two are valued apart and
+named as look-alikes."""
 
 from __future__ import annotations
 
@@ -53,6 +54,29 @@ def test_an_owner_that_joins_twice_is_one_owner_in_the_ledger_report_and_payout(
         if pid not in ("p002", "p005"):  # the owner's two identities together: one owner's amount
             assert amounts["p002"] + amounts["p005"] == pytest.approx(amounts[pid], rel=1e-6), amounts
     assert sum(amounts.values()) == pytest.approx(10000)
+
+
+def test_with_merging_off_the_two_identities_are_valued_apart_and_named_alike(tmp_path: Path) -> None:
+    """The same owner with merging off (the default): each identity is its own member, and every round,
+    the ledger, report.json and `fedsv report` name the two as look-alikes."""
+    out = tmp_path / "run"
+    proc = launch(out, {**RUN, "valuation_merge_redundant": False}, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
+        rows = ledger.values()
+    assert {row.player for row in rows} == {""}
+    alike = {(row.round, row.participant): row.alike for row in rows}
+    assert {alike[r, pid] for r in (1, 2, 3) for pid in ("p002", "p005")} == {"p002"}, alike
+    assert {a for (_, pid), a in alike.items() if pid not in ("p002", "p005")} == {""}
+    report = json.loads((out / "report.json").read_text())
+    assert report["owners"] == [] and report["verdict"]["members_tested"] == 6
+    assert report["lookalikes"] == [{"members": ["p002", "p005"], "rounds": 3, "together": 3}]
+    shown = subprocess.run(
+        [sys.executable, "-m", "fedsv", "report", str(out)], capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "p002 and p005 look alike" in shown.stdout and "in 3 of the 3 rounds" in shown.stdout
 
 
 def _payout(out: Path, *options: str) -> dict[str, float]:

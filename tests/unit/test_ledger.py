@@ -264,6 +264,26 @@ def test_a_ledger_from_before_a_rounds_column_reads_it_as_not_recorded_and_migra
         assert getattr(ledger.rounds()[1], field) == recorded
 
 
+def test_a_schema_12_ledger_reads_no_member_as_alike_and_migrates(tmp_path: Path) -> None:
+    path = _older_ledger(tmp_path, 12)
+    with Ledger(path, read_only=True) as reader:
+        assert {row.alike for row in reader.values()} == {""} and reader.integrity_ok()
+    with Ledger(path) as ledger:
+        record = make_record(2)
+        values, traffic = make_rows(record)
+        first = values[0].participant
+        alike = [dataclasses.replace(row, alike=first) for row in values[:2]] + values[2:]
+        ledger.commit_round(record, alike, traffic, Checkpoint(2, b"p", "{}"))
+        assert [row.alike for row in ledger.values() if row.round == 2] == [first, first] + [""] * (
+            len(values) - 2
+        )
+        record = make_record(3)
+        values, traffic = make_rows(record)
+        stranger = [dataclasses.replace(values[0], alike="p099"), *values[1:]]  # not received
+        with pytest.raises(LedgerError, match="look-alike"):
+            ledger.commit_round(record, stranger, traffic, Checkpoint(3, b"p", "{}"))
+
+
 def test_a_schema_11_ledger_reads_no_value_as_public_and_migrates(tmp_path: Path) -> None:
     path = _older_ledger(tmp_path, 11)
     with Ledger(path, read_only=True) as reader:
@@ -305,6 +325,8 @@ def _older_ledger(tmp_path: Path, version: int) -> Path:
 def _downgrade(path: Path, version: int) -> None:
     """Make a current ledger look like what a coordinator of schema `version` left."""
     with sqlite3.connect(path) as conn:
+        if version < 13:  # no look-alike members
+            conn.execute("ALTER TABLE round_values DROP COLUMN alike")
         if version < 12:  # no public updates
             conn.execute("ALTER TABLE round_values DROP COLUMN public")
         if version < 11:  # no players of merged members

@@ -181,6 +181,26 @@ def test_a_copy_is_redundant_and_members_with_data_of_their_own_are_not() -> Non
     assert merged.group_rationality_residual == pytest.approx(0.0, abs=1e-12)
 
 
+NEG_LOSS = GameSettings(metric="neg_loss")  # as _mnist_round's game
+
+
+def test_with_merging_off_look_alike_members_are_valued_apart_and_named() -> None:
+    """The round's valuation with merging off (the default): the copy and its original are each their own
+    player, and the round names them alike; members with data of their own are never named."""
+    spec = ValuationSpec(method="exact")
+    for copies, alike in (({5: 2}, [["p2", "p5"]]), ({}, [])):
+        trained = _mnist_round(copies)
+        start = trained.game.inputs.global_params
+        updates = [ClientUpdate(f"p{i}", delta, 40) for i, delta in enumerate(trained.deltas)]
+        rv = value_updates(
+            trained.game.model, start, updates, trained.validation, 1, spec, FederatedValuation(), NEG_LOSS
+        )
+        assert rv.alike == alike and rv.merged == []
+        assert ("alike, valued apart" in rv.choice) == bool(alike), rv.choice
+        apart = FederatedValuation().value_round(trained.game, [u.participant for u in updates], 1, spec)
+        assert np.allclose(rv.fedsv, apart.fedsv)  # named, and valued exactly as before
+
+
 def test_a_run_that_merges_pays_an_owner_who_joins_twice_as_one_player() -> None:
     settings = dict(participants=6, rounds=3, fraction=1.0, seed=0, valuation="exact", corrupt="5=copy:2")
     merged = run_demo(DemoConfig(**settings, valuation_merge_redundant=True)).valuation  # type: ignore[arg-type]
@@ -189,6 +209,8 @@ def test_a_run_that_merges_pays_an_owner_who_joins_twice_as_one_player() -> None
         assert values.fedsv[2] == values.fedsv[5]
     apart = run_demo(DemoConfig(**settings)).valuation  # type: ignore[arg-type]
     assert not any("one player" in values.choice for values in apart.per_round())
+    assert all(values.alike == [["p002", "p005"]] for values in apart.per_round())  # named, valued apart
+    assert all(values.alike == [] for values in merged.per_round())
     twice = {
         how: sum(v.fedsv[2] + v.fedsv[5] for v in run.per_round())
         for how, run in (("m", merged), ("a", apart))

@@ -164,6 +164,28 @@ def test_write_outputs_and_table(run_dir: tuple[Path, FederatedValuation]) -> No
     assert "fedsv_norm" in table and "p002" in table.split("corrupted: flip:0.5")[0].splitlines()[-1]
 
 
+def test_look_alike_members_are_named_with_the_rounds_they_looked_alike_in(tmp_path: Path) -> None:
+    """A ledger whose round 2 found p001 and p002 alike (valued apart: merging off): report.json's round
+    and `lookalikes` say so, counting the rounds both were valued in (1 and 2), the table and the page
+    name them, and nothing else changes."""
+    directory, expected = made_up_run(tmp_path)
+    before = build_report(directory)
+    assert before["lookalikes"] == [] and "look alike" not in format_table(before)
+    with sqlite3.connect(directory / "ledger.sqlite") as raw:
+        raw.execute(
+            "UPDATE round_values SET alike = 'p001' WHERE round = 2 AND participant IN ('p001', 'p002')"
+        )
+    report = build_report(directory)
+    assert [entry["alike"] for entry in report["rounds"]] == [[], [["p001", "p002"]], []]
+    assert report["lookalikes"] == [{"members": ["p001", "p002"], "rounds": 1, "together": 2}]
+    assert report["owners"] == [] and report["verdict"] == before["verdict"]
+    for key, per_participant in expected.totals().items():  # named only: valued apart, as before
+        assert report["totals"][key] == pytest.approx(per_participant)
+    line = "p001 and p002 look alike: their updates were far more alike than independent data give in 1 of"
+    assert line in format_table(report)
+    assert "p001 and p002 look alike" in write_outputs(directory)["report.html"].read_text()
+
+
 def test_missing_run_dir_or_ledger_is_a_one_line_value_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist") as missing:
         build_report(tmp_path / "nowhere")

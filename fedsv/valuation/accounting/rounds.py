@@ -72,6 +72,9 @@ class RoundValues:
     public: list[str] = field(default_factory=list)  # participants whose updates held nothing beyond the
     # global model's recent steps (aggregated with the guard's screens off): every coalition held them,
     # their values are 0, and the run counts them as not aggregated (round_matrices: paid nothing)
+    alike: list[list[str]] = field(default_factory=list)  # participants whose updates were far more alike
+    # than independent data give (a copy of one member's data, or members that drew the same classes)
+    # but valued apart, each as its own player: merging was off (ValuationSpec.merge_redundant)
 
     def __post_init__(self) -> None:
         self.fedsv = np.asarray(self.fedsv, dtype=np.float64)
@@ -104,6 +107,16 @@ class RoundValues:
             )
         if any(len(group) < 2 for group in self.merged):
             raise ValueError(f"round {self.round}: a merged group of fewer than two in {self.merged}")
+        alike = [pid for group in self.alike for pid in group]
+        if (
+            len(set(alike)) != len(alike)
+            or not set(alike) <= set(self.participants) - set(grouped) - set(self.public)
+            or any(len(group) < 2 for group in self.alike)
+        ):
+            raise ValueError(
+                f"round {self.round}: look-alike groups {self.alike} are not disjoint pairs or more of "
+                "participants apart from merged groups and public updates"
+            )
         if self.classes is not None and self.classes.values.shape[0] != n:
             raise ValueError(
                 f"round {self.round}: {n} participants, values per label of {self.classes.values.shape[0]}"
@@ -149,6 +162,14 @@ def merged_note(ids: Sequence[str], groups: Sequence[Sequence[int]]) -> str:
     return "; ".join(said) + " (updates far more alike than independent data give)" if said else ""
 
 
+def alike_note(ids: Sequence[str], alike: Sequence[Sequence[int]]) -> str:
+    """What a round's choice says of the members whose updates looked alike but were valued apart."""
+    said = [" and ".join(ids[i] for i in g) for g in alike if len(g) > 1]
+    if not said:
+        return ""
+    return "; ".join(said) + " alike, valued apart (updates far more alike than independent data give)"
+
+
 def public_note(ids: Sequence[str], public: Sequence[int]) -> str:
     """What a round's choice says of the members whose updates it held in every coalition."""
     if not public:
@@ -175,6 +196,7 @@ def value_round(
     on_plan: Callable[[Plan], None] | None = None,
     groups: Sequence[Sequence[int]] | None = None,
     public: Sequence[int] = (),
+    alike: Sequence[Sequence[int]] = (),
 ) -> RoundValues:
     """Run the planned Shapley estimator and leave-one-out on one round's game (shared cache), timed.
 
@@ -184,7 +206,8 @@ def value_round(
     values, its leave-one-out and its values per label split equally among them); None: each alone.
     `public`: players whose updates hold nothing beyond what the coordinator broadcast (fedsv.fl.
     public_steps): in every coalition, the empty one too, and valued exactly 0; `groups` then partition
-    the others.
+    the others. `alike`: groups of players whose updates looked redundant but are valued apart
+    (merging off): recorded and said, nothing else changes.
     """
     ids = list(participant_ids)
     if len(ids) != game.m:
@@ -209,6 +232,7 @@ def value_round(
         fedsv, loo_values, stderr = play.expand(fedsv), play.expand(loo_values), play.expand(stderr)
         split = _expanded(play, split)
         choice = "; ".join(filter(None, (choice, merged_note(ids, groups), public_note(ids, public))))
+    choice = "; ".join(filter(None, (choice, alike_note(ids, alike))))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     rv = RoundValues(
         round=int(round),
@@ -228,6 +252,7 @@ def value_round(
         choice=choice,
         merged=[[ids[i] for i in g] for g in groups if len(g) > 1],
         public=[ids[i] for i in public],
+        alike=[[ids[i] for i in g] for g in alike if len(g) > 1],
     )
     logger.info(
         "round %d: %s over %d participants (%s), %d evaluations, %.3fs, largest stderr %.2g, residual %.2e",
