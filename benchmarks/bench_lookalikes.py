@@ -29,6 +29,7 @@ import numpy as np
 
 from fedsv.app.demo import DemoConfig, run_demo
 from fedsv.data.shards import cached_splits, load_shard
+from fedsv.settings.choices import Partition
 from fedsv.valuation import FederatedValuation
 
 COPY = ("p004", "p009")
@@ -39,7 +40,7 @@ SAME_CLASSES_SEEDS = (0, 1, 6, 8)
 
 def same_classes(seed: int) -> list[tuple[str, str]]:
     """Pairs of honest members holding the same classes (each at least a fifth of their shard)."""
-    config = DemoConfig(participants=10, partition="noniid", seed=seed)
+    config = DemoConfig(participants=10, partition=Partition.NONIID, seed=seed)
     splits = cached_splits("embedded", "", seed, config.holdout())
     held = []
     for rank in range(9):  # not the copy

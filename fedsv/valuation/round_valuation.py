@@ -66,14 +66,10 @@ def value_updates(
     counts: list[float] = [float(u.num_samples) for u in ordered]
     merging = spec is not None and spec.merge_redundant
     public = [i for i, u in enumerate(ordered) if u.public]
-    # the deltas as received, as the coordinator's aggregation found them (fedsv.fl.aggregation); with
-    # merging off they are still looked at, so that a report can name look-alike members
-    looked = spec is not None or game_settings.aggregation.once
-    groups = redundant_groups(delta_matrices(deltas)) if looked and deltas else None
+    # the deltas as received, as the coordinator's aggregation found them (fedsv.fl.aggregation)
+    groups = redundant_groups(delta_matrices(deltas)) if merging or game_settings.aggregation.once else None
     if groups is not None and game_settings.aggregation.once:  # the game weighs them as the round did
         counts = weighed_once(groups, counts)
-    if groups is not None and public:  # a public update is in every coalition, in no group
-        groups = [kept for g in groups if (kept := [i for i in g if i not in public])]
     game = RoundGame(
         model,
         params,
@@ -90,7 +86,11 @@ def value_updates(
         before, after = (float(u) for u in game.utilities(np.array([[False] * len(ids), [True] * len(ids)])))
         zeros = np.zeros(len(ids))
         return RoundValues(number, ids, zeros, zeros.copy(), before, after, "none", 2, 0.0)
-    alike = [] if merging or groups is None else [g for g in groups if len(g) > 1]
+    if groups is None:  # merging off: the same test on the game's own stacked deltas (no copy), to name
+        groups = redundant_groups(list(game.inputs.delta_matrices.values()))  # look-alike members
+    if public:  # a public update is in every coalition, in no group
+        groups = [kept for g in groups if (kept := [i for i in g if i not in public])]
+    alike = [] if merging else [g for g in groups if len(g) > 1]
     return accounting.value_round(
         game, ids, number, spec, on_plan, selected, groups if merging else None, public, alike
     )
