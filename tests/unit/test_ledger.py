@@ -264,26 +264,6 @@ def test_a_ledger_from_before_a_rounds_column_reads_it_as_not_recorded_and_migra
         assert getattr(ledger.rounds()[1], field) == recorded
 
 
-def test_a_schema_12_ledger_reads_no_member_as_alike_and_migrates(tmp_path: Path) -> None:
-    path = _older_ledger(tmp_path, 12)
-    with Ledger(path, read_only=True) as reader:
-        assert {row.alike for row in reader.values()} == {""} and reader.integrity_ok()
-    with Ledger(path) as ledger:
-        record = make_record(2)
-        values, traffic = make_rows(record)
-        first = values[0].participant
-        alike = [dataclasses.replace(row, alike=first) for row in values[:2]] + values[2:]
-        ledger.commit_round(record, alike, traffic, Checkpoint(2, b"p", "{}"))
-        assert [row.alike for row in ledger.values() if row.round == 2] == [first, first] + [""] * (
-            len(values) - 2
-        )
-        record = make_record(3)
-        values, traffic = make_rows(record)
-        stranger = [dataclasses.replace(values[0], alike="p099"), *values[1:]]  # not received
-        with pytest.raises(LedgerError, match="look-alike"):
-            ledger.commit_round(record, stranger, traffic, Checkpoint(3, b"p", "{}"))
-
-
 def test_a_schema_11_ledger_reads_no_value_as_public_and_migrates(tmp_path: Path) -> None:
     path = _older_ledger(tmp_path, 11)
     with Ledger(path, read_only=True) as reader:
@@ -298,18 +278,32 @@ def test_a_schema_11_ledger_reads_no_value_as_public_and_migrates(tmp_path: Path
         )
 
 
-def test_a_schema_10_ledger_reads_every_value_as_valued_alone_and_migrates(tmp_path: Path) -> None:
-    path = _older_ledger(tmp_path, 10)
+LINK_BEFORE = {10: ("player", "names a player"), 12: ("alike", "names a look-alike")}
+"""The value rows' links a schema version added (the first member of the row's merged player; of its
+look-alike group): an older row reads as linked to none."""
+
+
+@pytest.mark.parametrize("version", sorted(LINK_BEFORE))
+def test_a_ledger_from_before_a_link_reads_every_value_unlinked_and_migrates(
+    tmp_path: Path, version: int
+) -> None:
+    column, refusal = LINK_BEFORE[version]
+    path = _older_ledger(tmp_path, version)
     with Ledger(path, read_only=True) as reader:
-        assert {row.player for row in reader.values()} == {""} and reader.integrity_ok()
+        assert {getattr(row, column) for row in reader.values()} == {""} and reader.integrity_ok()
     with Ledger(path) as ledger:
         record = make_record(2)
         values, traffic = make_rows(record)
         first = values[0].participant
-        merged = [dataclasses.replace(row, player=first) for row in values[:2]] + values[2:]
-        ledger.commit_round(record, merged, traffic, Checkpoint(2, b"p", "{}"))
-        players = [row.player for row in ledger.values() if row.round == 2]
-        assert players == [first, first] + [""] * (len(values) - 2)
+        linked = [dataclasses.replace(row, **{column: first}) for row in values[:2]] + values[2:]
+        ledger.commit_round(record, linked, traffic, Checkpoint(2, b"p", "{}"))
+        read = [getattr(row, column) for row in ledger.values() if row.round == 2]
+        assert read == [first, first] + [""] * (len(values) - 2)
+        record = make_record(3)
+        values, traffic = make_rows(record)
+        stranger = [dataclasses.replace(values[0], **{column: "p099"}), *values[1:]]  # not received
+        with pytest.raises(LedgerError, match=refusal):
+            ledger.commit_round(record, stranger, traffic, Checkpoint(3, b"p", "{}"))
 
 
 def _older_ledger(tmp_path: Path, version: int) -> Path:
