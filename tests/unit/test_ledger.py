@@ -295,13 +295,15 @@ def test_a_ledger_from_before_a_link_reads_every_value_unlinked_and_migrates(
         record = make_record(2)
         values, traffic = make_rows(record)
         first = values[0].participant
-        linked = [dataclasses.replace(row, **{column: first}) for row in values[:2]] + values[2:]
+        link: dict[str, Any] = {column: first}
+        linked = [dataclasses.replace(row, **link) for row in values[:2]] + values[2:]
         ledger.commit_round(record, linked, traffic, Checkpoint(2, b"p", "{}"))
         read = [getattr(row, column) for row in ledger.values() if row.round == 2]
         assert read == [first, first] + [""] * (len(values) - 2)
         record = make_record(3)
         values, traffic = make_rows(record)
-        stranger = [dataclasses.replace(values[0], **{column: "p099"}), *values[1:]]  # not received
+        unknown: dict[str, Any] = {column: "p099"}  # not received
+        stranger = [dataclasses.replace(values[0], **unknown), *values[1:]]
         with pytest.raises(LedgerError, match=refusal):
             ledger.commit_round(record, stranger, traffic, Checkpoint(3, b"p", "{}"))
 
