@@ -66,6 +66,13 @@ class RunMetrics:
             "recent steps (zero, a mimic's step, noise): every coalition holds them, valued 0",
             registry=r,
         )
+        self.participant_lookalike_rounds = Counter(
+            "fedsv_participant_lookalike_rounds",
+            "Rounds the participant's update was far more alike than independent data give to another's (a "
+            "copy of one's data, or members of the same classes), each valued apart: merging off",
+            ["participant"],
+            registry=r,
+        )
         self.participant_quarantined = Gauge(
             "fedsv_participant_quarantined",
             "1 while the participant is quarantined (its updates valued, not aggregated), else 0",
@@ -172,14 +179,15 @@ class RunMetrics:
         record: RoundRecord,
         cumulative: Mapping[str, Mapping[str, float]],
         errors: Mapping[str, Mapping[str, float]] | None = None,
+        alike: Sequence[Sequence[str]] = (),
     ) -> None:
         """A round committed with its values (inline valuation): both halves below.
 
-        `cumulative` is FederatedValuation.sums() after the round (keys "fedsv", "fedsv_normalized", ...)
-        and `errors` its sum_errors() (the same keys).
+        `cumulative` is FederatedValuation.sums() after the round (keys "fedsv", "fedsv_normalized", ...),
+        `errors` its sum_errors() (the same keys), `alike` the round's look-alike groups (RoundValues).
         """
         self.observe_training(record)
-        self.observe_values(record, cumulative, errors=errors)
+        self.observe_values(record, cumulative, errors=errors, alike=alike)
 
     def observe_training(self, record: RoundRecord) -> None:
         """A committed round (its values may follow later): counters, histograms and its gauges."""
@@ -197,12 +205,16 @@ class RunMetrics:
         cumulative: Mapping[str, Mapping[str, float]],
         lag_rounds: int = 0,
         errors: Mapping[str, Mapping[str, float]] | None = None,
+        alike: Sequence[Sequence[str]] = (),
     ) -> None:
         """A round's values committed (`record` with its valuation fields): valuation metrics and totals.
 
-        lag_rounds: rounds committed but not yet valued after this one (0 with inline valuation).
+        lag_rounds: rounds committed but not yet valued after this one (0 with inline valuation); alike:
+        the round's look-alike groups (RoundValues.alike).
         """
         self.utility_evaluations.inc(record.evaluations)
+        for pid in (pid for group in alike for pid in group):
+            self.participant_lookalike_rounds.labels(participant=pid).inc()
         self.valuation_duration.observe(record.valuation_seconds)
         self.phase_duration.labels(phase="valuation").observe(record.valuation_seconds)
         self.valuation_lag_rounds.set(lag_rounds)

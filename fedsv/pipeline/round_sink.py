@@ -49,4 +49,5 @@ class RoundSink:
         if values is None or values.method == "none":  # nothing valued: no value gauge is set to 0
             self.metrics.observe_training(record)
         else:
-            self.metrics.observe_round(record, self.accounting.sums(), self.accounting.sum_errors())
+            sums, errors = self.accounting.sums(), self.accounting.sum_errors()
+            self.metrics.observe_round(record, sums, errors, values.alike)

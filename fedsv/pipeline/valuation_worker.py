@@ -252,7 +252,7 @@ class ValuationWorker:
             self._changed.notify_all()
         record = self._ledger.round_record(number)
         totals, errors = self._accounting.sums(), self._accounting.sum_errors()
-        self._metrics.observe_values(record, totals, lag_rounds=backlog, errors=errors)
+        self._metrics.observe_values(record, totals, lag_rounds=backlog, errors=errors, alike=values.alike)
         logger.info(
             "round %d valued: %s, %d evaluations, largest stderr %.2g, %.2fs, %.2fs after its commit",
             number,

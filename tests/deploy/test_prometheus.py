@@ -82,6 +82,7 @@ def _metric_names() -> set[str]:
     metrics.participant_fedsv_normalized.labels(participant="p000").set(0)
     metrics.participant_fedsv_completed.labels(participant="p000").set(0)
     metrics.participant_quarantined.labels(participant="p000").set(0)
+    metrics.participant_lookalike_rounds.labels(participant="p000").inc()
     metrics.round_bytes.labels(direction="up").set(0)
     metrics.phase_duration.labels(phase="valuation").observe(0)
     metrics.record_rpc("Join", "up", 1)

@@ -83,6 +83,18 @@ def test_every_family_after_a_round() -> None:
     assert value(registry, "fedsv_round_duration_seconds_count") == 2
 
 
+def test_look_alike_members_count_the_rounds_they_were_named_in() -> None:
+    """Each round's look-alike groups (RoundValues.alike) count once per member, inline and pipelined."""
+    registry = CollectorRegistry()
+    metrics = RunMetrics(registry)
+    metrics.observe_round(make_record(1), TOTALS, alike=[["p000", "p001"]])
+    metrics.observe_values(make_record(2), TOTALS, alike=[["p000", "p001"]])
+    metrics.observe_round(make_record(3), TOTALS)
+    name = "fedsv_participant_lookalike_rounds_total"
+    assert value(registry, name, participant="p000") == value(registry, name, participant="p001") == 2
+    assert value(registry, name, participant="p002") is None  # never named: no series
+
+
 def test_registries_are_separate_and_never_the_global_default() -> None:
     first, second = RunMetrics(), RunMetrics()  # no duplicate-registration error
     first.observe_round(make_record(1), TOTALS)

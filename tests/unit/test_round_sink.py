@@ -24,7 +24,7 @@ def test_a_valued_round_and_a_pending_one_reach_the_ledger_and_the_metrics(tmp_p
         record = make_record(1)
         _, traffic = make_rows(record)
         values = RoundValues(1, record.received, np.array([0.03, 0.02]), np.array([0.01, 0.0]), 0.1, 0.15,
-                             "exact", 4, 0.01)  # fmt: skip
+                             "exact", 4, 0.01, alike=[["p000", "p001"]])  # fmt: skip
         accounting.add_round(values)
         effects = [EffectRow(1, "p000", -0.01, 0.001, True), EffectRow(1, "p002", 0.2, 0.01, False)]
         updates = [UpdateRow(1, pid, 10, 0.5) for pid in record.received]
@@ -32,6 +32,12 @@ def test_a_valued_round_and_a_pending_one_reach_the_ledger_and_the_metrics(tmp_p
         assert [r.fedsv for r in ledger.values()] == [0.03, 0.02] and ledger.effects() == effects
         fedsv = registry.get_sample_value("fedsv_participant_fedsv", {"participant": "p000"})
         assert fedsv == 0.03
+        assert [r.alike for r in ledger.values()] == ["p000", "p000"]  # the look-alikes, named
+        named = [
+            registry.get_sample_value("fedsv_participant_lookalike_rounds_total", {"participant": pid})
+            for pid in ("p000", "p001", "p002")
+        ]
+        assert named == [1, 1, None]
         sink.commit(make_record(2), None, [], Checkpoint(2, b"w", "{}"), [])  # its values follow
         assert [r.round for r in ledger.rounds()] == [1, 2] and len(ledger.values()) == 2
         assert registry.get_sample_value("fedsv_rounds_completed_total") == 2
