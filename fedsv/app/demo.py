@@ -23,6 +23,7 @@ from fedsv.fl.updates import ClientUpdate
 from fedsv.pipeline.valuers import InlineValuer, RoundInputs
 from fedsv.settings.run import RunConfig
 from fedsv.settings.schema import setting
+from fedsv.task.colluders import colluding_update, members
 from fedsv.task.interface import TrainContext
 from fedsv.task.sources import evaluation_samples, rank_samples, rank_source
 from fedsv.valuation import FederatedValuation, RoundValues
@@ -110,6 +111,11 @@ def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
                 batch_size=config.batch_size, lr=config.lr,
             )  # fmt: skip
             delta = task.local_update(model, global_params, samples, context, corruption)
+            if corruption is not None and corruption.collude is not None:
+                partners = {p: ranks[p][0] for p in members(corruption, r) if p != r}
+                delta = colluding_update(
+                    task, model, global_params, corruption, (r, delta), partners, context, config.seed
+                )
             updates.append(ClientUpdate(participant_id(r), delta, declared[r]))
         referee = ValidationReferee(model, global_params, validation)
         guarded = guard_updates(

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from fedsv.data.collusion import ATTACKS, FACTORS
 from fedsv.data.dataset import ArrayDataset
 from fedsv.fl.evaluation import evaluate
 
@@ -174,6 +175,9 @@ class Corruption:
     mimic: float | None = None  # a free rider: the federation's step (w_t - w_s) / (t - s), plus noise
     # of this many times its norm (None: not a mimic)
     copy_of: int | None = None  # a second identity: the member holds this rank's data (simulated shards)
+    collude: str | None = None  # a colluding attack (collusion.ATTACKS): alie, ipm (None: none)
+    collude_factor: float = 0.0  # its factor (collusion.FACTORS where the spec names none)
+    group: tuple[int, ...] = ()  # the colluding ranks (RunConfig.corruptions: the entry's ranks)
     seen: MimicMemory = field(default_factory=lambda: MimicMemory(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -189,6 +193,10 @@ class Corruption:
             raise ValueError(f"copy_of must name a rank >= 0, got {self.copy_of}")
         if self.mimic is not None and not (math.isfinite(self.mimic) and self.mimic >= 0):
             raise ValueError(f"mimic's noise must be a finite multiple >= 0 of the step, got {self.mimic}")
+        if self.collude is not None and self.collude not in ATTACKS:
+            raise ValueError(f"collude must be one of {ATTACKS}, got {self.collude!r}")
+        if not math.isfinite(self.collude_factor):
+            raise ValueError(f"a colluding attack's factor must be finite, got {self.collude_factor}")
         if not 0 <= self.declared_samples <= 2**63 - 1:
             raise ValueError(
                 f"declared_samples must be 0 (the true count) or positive, got {self.declared_samples}"
@@ -206,6 +214,7 @@ class Corruption:
             and self.mimic is None
             and self.keep == 0
             and self.copy_of is None
+            and self.collude is None
         )
 
     @property
@@ -302,6 +311,10 @@ class Corruption:
             parts.append(f"keep:{self.keep}")
         if self.copy_of is not None:
             parts.append(f"copy:{self.copy_of}")
+        if self.collude is not None:
+            parts.append(f"{self.collude}:{self.collude_factor:g}")
+        if self.group:
+            parts.append("group:" + ",".join(str(r) for r in self.group))
         return "+".join(parts) or "none"
 
 
@@ -372,7 +385,9 @@ def parse_corruption(spec: str) -> Corruption:
     "mimic" or "mimic:NOISE" (the federation's own recent step, (w_t - w_s) / (t - s) from the global
     models it received, plus Gaussian noise of NOISE times its norm: the disguised free rider); "keep:30"
     (a member with little data: 30 of its samples); "copy:4" (a second identity of rank 4's owner: a
-    member holding a copy of rank 4's shard)."""
+    member holding a copy of rank 4's shard); colluders: "alie[:TAU]" (a little is enough) and
+    "ipm[:TAU]" (inner-product manipulation) with "group:1,2" naming the colluding ranks (the
+    `--corrupt` entry's ranks where it names none: fedsv.data.collusion)."""
     text = spec.strip().lower()
     if text in ("", "none", "clean"):
         return Corruption()
@@ -386,6 +401,9 @@ def parse_corruption(spec: str) -> Corruption:
     mimic: float | None = None
     keep = 0
     copy_of: int | None = None
+    collude: str | None = None
+    tau = 0.0
+    group: tuple[int, ...] = ()
     for part in text.split("+"):
         kind, _, arg = part.strip().partition(":")
         if kind == "flip":
@@ -445,10 +463,24 @@ def parse_corruption(spec: str) -> Corruption:
                     f"bad corruption {spec!r}: copy needs the rank whose data it holds, e.g. copy:4"
                 )
             copy_of = int(arg)
+        elif kind in ATTACKS:
+            try:
+                tau = float(arg) if arg else FACTORS[kind]
+            except ValueError:
+                raise ValueError(f"bad corruption {spec!r}: {kind} takes a factor, e.g. {kind}:1.5") from None
+            if not math.isfinite(tau):
+                raise ValueError(f"bad corruption {spec!r}: {kind}'s factor must be finite")
+            collude = kind
+        elif kind == "group":
+            ranks = arg.split(",")
+            if not arg or not all(r.isdigit() and int(r) <= 2**31 for r in ranks):
+                raise ValueError(f"bad corruption {spec!r}: group needs the colluding ranks, e.g. group:1,2")
+            group = tuple(sorted({int(r) for r in ranks}))
         else:
             raise ValueError(
                 f"unknown corruption {spec!r}; use none, flip:RATIO[:own], backdoor, backdoor:target=LABEL, "
-                "scale:FACTOR, count:SAMPLES, noise:NORM, replay, mimic[:NOISE], keep:SAMPLES or copy:RANK"
+                "scale:FACTOR, count:SAMPLES, noise:NORM, replay, mimic[:NOISE], keep:SAMPLES, copy:RANK, "
+                "alie[:TAU] or ipm[:TAU]"
             )
     return Corruption(
         label_flip_ratio=ratio,
@@ -461,6 +493,9 @@ def parse_corruption(spec: str) -> Corruption:
         mimic=mimic,
         keep=keep,
         copy_of=copy_of,
+        collude=collude,
+        collude_factor=tau,
+        group=group,
     )
 
 

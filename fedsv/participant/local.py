@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
@@ -12,6 +12,7 @@ from fedsv.data.shards import is_simulated
 from fedsv.data.sources import Samples, read_data
 from fedsv.fl.device import resolve_device
 from fedsv.settings.run_spec import NO_CORRUPTION, WireRun
+from fedsv.task.colluders import colluding_update, partner_samples
 from fedsv.task.fit import check_fits
 from fedsv.task.interface import LoadedTask, TaskError, TrainContext
 from fedsv.task.sources import SimulationSettings, rank_samples, rank_source, run_task
@@ -70,6 +71,7 @@ class LocalRank:
     seed: int
     device: str
     model: nn.Module | None = None
+    partners: dict[int, Samples] = field(default_factory=dict)  # a colluder's partners' samples
 
     @classmethod
     def prepare(
@@ -87,15 +89,18 @@ class LocalRank:
         try:
             loaded = task if task is not None else run_task(spec.task, spec.model, spec.dataset)
             corruption: Corruption | None = None
+            partners: dict[int, Samples] = {}
             if samples is None:
                 simulation = SimulationSettings(
                     settings.data_dir, spec.seed, spec.holdout, spec.participants, spec.partition
                 )
                 source = rank_source(settings.data, rank, spec.dataset)
                 samples, corruption = rank_samples(loaded, source, rank, simulation, spec.corruption)
+                partners = partner_samples(loaded, corruption, rank, settings.data, spec.dataset, simulation)
             elif spec.corruption != NO_CORRUPTION:
                 raise TaskError(f"the run corrupts rank {rank}, which applies to simulated data only")
             local = cls(rank, loaded, samples, corruption, spec.seed, settings.device)
+            local.partners = partners
             model = local._build()  # a model the task cannot build: an error now, not in round 1
             check_fits(model, samples, "training")  # features or labels the model cannot take: now too
         except (TaskError, ValueError) as exc:
@@ -128,4 +133,15 @@ class LocalRank:
         with _TRAIN_LOCK:
             model = self.model if self.model is not None else self._build()
             delta = self.task.local_update(model, params, self.samples, context, self.corruption)
+            if self.corruption is not None and self.corruption.collude is not None:
+                delta = colluding_update(
+                    self.task,
+                    model,
+                    params,
+                    self.corruption,
+                    (self.rank, delta),
+                    self.partners,
+                    context,
+                    self.seed,
+                )
         return {name: tensor.cpu() for name, tensor in delta.items()}  # the wire codec reads host memory

@@ -141,13 +141,21 @@ class RunConfig(ConfigModel):
             ranks, sep, spec = part.partition("=")
             if not sep:
                 raise ValueError(f"corrupt entry {part!r} must look like RANKS=SPEC, e.g. 0-3=flip:0.1")
-            copy_of = parse_corruption(spec).copy_of
+            parsed = parse_corruption(spec)
+            copy_of = parsed.copy_of
             if copy_of is not None and copy_of >= self.participants:
                 raise ValueError(
                     f"corrupt entry {part!r}: copy:{copy_of} names no rank; "
                     f"ranks are 0..{self.participants - 1}"
                 )
-            for rank in parse_ranks(ranks, self.participants):
+            chosen = parse_ranks(ranks, self.participants)
+            if parsed.collude is not None and not parsed.group:  # the entry's ranks collude
+                spec = f"{spec}+group:{','.join(str(r) for r in chosen)}"
+            elif any(r >= self.participants for r in parsed.group):
+                raise ValueError(
+                    f"corrupt entry {part!r}: its group names a rank outside 0..{self.participants - 1}"
+                )
+            for rank in chosen:
                 out[rank] = spec
         return out
 
