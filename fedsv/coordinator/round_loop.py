@@ -177,7 +177,7 @@ class RoundLoop:
         run = self.run_config
         referee = ValidationReferee(self.inputs.model, self.params, self.inputs.validation)
         guarded = guard_updates(
-            list(closed.received.values()),
+            sorted(closed.received.values(), key=lambda u: u.participant),  # not the order they arrived in
             run.norm_bound(),
             run.guard(),
             self.guard,
