@@ -11,11 +11,14 @@
    point (a skewed non-IID update may point away from the descent, but not at random).
 2. **A round the referee finds worse.** When the FedAvg of the round's remaining updates raises the
    validation loss over w_t's by more than WORSE_SIGMAS standard errors of the per-sample difference,
-   the updates that also point against the descent beyond the federation's tolerance and agree with
-   another update of the round (cosine AGREEMENT or more) are dropped one at a time, the one whose
-   removal lowers the loss most first, until the round is no longer worse beyond its noise. This
-   catches colluders that send the same direction: each one's "others" is dominated by its partner,
-   so the direction check passes them, but their round fails the referee. At least one update remains.
+   the updates that agree with another update of the round (cosine AGREEMENT or more) and either point
+   against the descent beyond the federation's tolerance or make the round's aggregate worse by
+   themselves (their leave-one-out effect on the loss over WORSE_SIGMAS standard errors) are dropped
+   one at a time, the one whose removal lowers the loss most first, until the round is no longer worse
+   beyond its noise. This catches colluders that send the same direction: each one's "others" is
+   dominated by its partner, so the direction check passes them, but their round fails the referee.
+   "A little is enough" colluders send one vector along the descent (their mean plus a multiple of
+   their spread): the leave-one-out half catches them. At least one update remains.
 """
 
 from __future__ import annotations
@@ -106,15 +109,34 @@ def worse_round(
     partnered = _partnered(updates)
     out: dict[str, float] = {}
     while len(kept) > 1:
-        suspects = [u for u in kept if descent[u.participant] < tolerance and u.participant in partnered]
+        agreeing = [u for u in kept if u.participant in partnered]
+        harmful = _harmful(referee, kept, agreeing)
+        suspects = [u for u in agreeing if descent[u.participant] < tolerance or u.participant in harmful]
         if not suspects:
             break
         scores = {s.participant: worse_by(referee, base, [u for u in kept if u is not s]) for s in suspects}
-        drop = min(scores, key=scores.__getitem__)
+        drop = min(scores, key=lambda p: (scores[p], p))  # colluders sending one vector tie: by id
         out[drop] = descent[drop]
         kept = [u for u in kept if u.participant != drop]
         if scores[drop] <= WORSE_SIGMAS:
             break
+    return out
+
+
+def _harmful(referee: Referee, kept: Sequence[ClientUpdate], among: Sequence[ClientUpdate]) -> set[str]:
+    """Those of `among` whose leave-one-out effect on the loss of the FedAvg of `kept` is harmful beyond
+    WORSE_SIGMAS standard errors of the per-sample difference."""
+    if not among or len(kept) < 2:
+        return set()
+    full = referee.losses(fedavg([u.delta for u in kept], [u.num_samples for u in kept]))
+    out: set[str] = set()
+    for u in among:
+        rest = [v for v in kept if v is not u]
+        without = referee.losses(fedavg([v.delta for v in rest], [v.num_samples for v in rest]))
+        difference = (full - without).to(torch.float64)
+        error = float(difference.std()) / math.sqrt(max(difference.numel(), 1))
+        if float(difference.mean()) > WORSE_SIGMAS * error:
+            out.add(u.participant)
     return out
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from fedsv.fl.reputation import ENTER, LARGEST, MIN_UPDATES, Evidence, Reputation, marginals
+from fedsv.fl.reputation import ENTER, LARGEST, MIN_UPDATES, WINDOW, Evidence, Reputation, marginals
 from fedsv.fl.state import fedavg
 from fedsv.fl.update_bounds import NormBound
 from fedsv.fl.update_guard import GuardMemory, GuardSettings, guard_updates
@@ -107,11 +107,56 @@ def test_the_federations_spread_is_set_by_aggregated_updates_only() -> None:
     """Members turned away cannot widen the spread they are judged against."""
     reputation = Reputation()
     for _ in range(3):
-        evidence = {f"p{i}": Evidence(0.01 * i, 0.001) for i in range(4)}
+        evidence = {f"p{i}": Evidence(-0.01 * (i + 1), 0.001) for i in range(4)}
         evidence["p9"] = Evidence(50.0, 0.001)  # far out, and not aggregated
         reputation.observe(evidence, [f"p{i}" for i in range(4)])
     assert reputation.spread() == pytest.approx(1.4826 * 0.01, rel=1e-6)
     assert "p9" in reputation.quarantined
+
+
+def _colluding_rounds(reputation: Reputation, rounds: int, descent: float) -> None:
+    """Six members, all aggregated every round: four honest ones whose effects spread over
+    -0.4..+0.2 (a skewed non-IID federation: helpful on average, harmful now and then), and a pair
+    whose effects are +1.0 and +1.2 (colluders, aggregated together: they widen everyone's spread),
+    pointing `descent` along the validation descent."""
+    honest = [-0.4, -0.2, 0.0, 0.2]
+    for t in range(rounds):
+        shift = [honest[(i + t) % 4] for i in range(4)]
+        evidence = {f"h{i}": Evidence(shift[i], 0.02, 0.3) for i in range(4)}
+        evidence |= {"c1": Evidence(1.0, 0.02, descent), "c2": Evidence(1.2, 0.02, descent)}
+        reputation.observe(evidence, sorted(evidence))
+
+
+def test_colluders_that_widen_the_spread_are_still_quarantined() -> None:
+    """Measured over everyone, the pair's own effects widen the spread (MAD over 0.4) until neither
+    scores over ENTER; measured over the members not under suspicion (mean effect <= 0) it stays the
+    honest members' (0.3), and both are caught. No honest member is."""
+    reputation = Reputation()
+    _colluding_rounds(reputation, 3, descent=0.2)
+    assert reputation.quarantined == {"c1", "c2"}
+    assert reputation.suspects() == {"c1", "c2"}
+    effects = [e for r in reputation.spreads for e in r.values()]
+    middle = sorted(effects)[len(effects) // 2]
+    everyone = 1.4826 * sorted(abs(e - middle) for e in effects)[len(effects) // 2]
+    assert 1.0 / math.sqrt((0.02**2 + everyone**2) / WINDOW) < ENTER  # hidden in a spread of everyone
+    assert reputation.spread() == pytest.approx(1.4826 * 0.2, rel=1e-6)
+
+
+def test_updates_against_the_descent_round_after_round_that_do_harm_are_quarantined() -> None:
+    """A member whose last WINDOW updates all point against the validation descent, harming on average,
+    is quarantined even where its score stays under ENTER; honest members that point against the
+    descent now and then, or that do harm along it, are not."""
+    reputation = Reputation()
+    for t in range(WINDOW):
+        evidence = {
+            "flip": Evidence(0.05, 0.2, -0.3),  # against the descent, a little harm: score under ENTER
+            "drift": Evidence(0.05, 0.2, -0.3 if t % 2 else 0.2),  # against it one round in two
+            "along": Evidence(0.05, 0.2, 0.3),
+            "helps": Evidence(-0.05, 0.2, -0.3),  # against the descent but helping: not harm
+        }
+        change = reputation.observe(evidence, sorted(evidence))
+    assert max(reputation.score(p) or 0.0 for p in evidence) < ENTER
+    assert set(change.quarantined) == {"flip"} and reputation.quarantined == {"flip"}
 
 
 def test_reputation_survives_a_checkpoint_and_rejects_malformed_state() -> None:

@@ -10,6 +10,7 @@ import torch
 from fedsv.fl.state import fedavg
 from fedsv.fl.update_bounds import NormBound, bound_updates, typical_norm
 from fedsv.fl.update_guard import GuardMemory, GuardSettings, cap_counts, guard_updates
+from fedsv.fl.update_screen import WORSE_SIGMAS, worse_by
 from fedsv.fl.updates import ClientUpdate
 from tests.support.toy_referee import DIM, toy_round
 
@@ -199,3 +200,30 @@ def test_clip_or_reject_keeps_a_rich_member_clipped_and_drops_other_large_update
             blind.bounded.rejected == ["rich", "colluder", "noisy", "reversed"]
             and blind.bounded.clipped == []
         )
+
+
+@pytest.mark.parametrize(("m", "colluders"), [(3, 2), (5, 3), (10, 5)])
+def test_a_little_is_enough_colluders_along_the_descent_are_dropped_when_their_round_is_worse(
+    m: int, colluders: int
+) -> None:
+    """ALIE colluders send one vector: their honest mean plus a large coordinate-wise spread. It points
+    along the descent (the direction check and the tolerance pass it), but it makes the round's FedAvg
+    worse than w_t by itself: the round referee drops the agreeing updates whose leave-one-out effect is
+    harmful, until the round is not worse. No honest update is dropped. (Four such colluders of ten whose
+    round is worse by 7.6 standard errors are not caught: each one's leave-one-out effect, with three
+    copies left, stays within the noise; their reputation is what acts on them.)"""
+    updates, referee = toy_round(seed=40 + m, m=m)
+    honest = updates[: m - colluders]
+    mean = torch.stack([u.delta["w"] for u in honest]).mean(0)
+    spread = torch.randn(DIM, generator=torch.Generator().manual_seed(m), dtype=torch.float64).abs()
+    attack = mean + spread / spread.norm() * 5 * honest[0].delta["w"].norm()
+    cosine = float(attack @ referee.descent()["w"]) / float(attack.norm() * referee.descent()["w"].norm())
+    assert cosine > 0  # along the descent
+    bad = [ClientUpdate(f"p9{i:02d}", {"w": attack.clone()}, 100) for i in range(colluders)]
+    guarded = guard_updates([*honest, *bad], NormBound(), GuardSettings(), GuardMemory(), [100] * m, referee)
+    kept = [u.participant for u in guarded.updates]
+    assert kept[: len(honest)] == [u.participant for u in honest]
+    dropped = set(guarded.worse) | set(guarded.turned_away) | set(guarded.bounded.rejected)
+    assert set(guarded.worse) and dropped <= {u.participant for u in bad}
+    base = referee.losses({"w": torch.zeros(DIM, dtype=torch.float64)})
+    assert worse_by(referee, base, [*honest, *bad]) > WORSE_SIGMAS >= worse_by(referee, base, guarded.updates)
