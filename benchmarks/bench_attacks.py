@@ -13,12 +13,15 @@ Each accuracy cell is its run's final test accuracy minus the honest run's (same
 - riders: one free rider (rank 3) among 6, 3 selected, IID and two-class non-IID, valued exactly:
   accuracy lost, its rounds refused of selected, its FedSV and recommended value (fedsv_shrunk) and its
   share of a payout with negative values paid nothing.
-- colluders: 2 or 3 colluders (the first ranks after rank 0) sending -3x their update, or its sign
-  flip (that direction at their own norm), among 6 (3 selected), 10 (5) and 20 (5). Each attack is
-  compared with the honest run and with the same federation whose colluders withhold their data (send
-  nothing, turned away as null): in a two-class non-IID federation the colluders' own classes are
-  missing from training whatever the guard does, so the attack's own cost is the second difference.
-  Members quarantined (fedsv.fl.reputation) are counted.
+- colluders: 2 of 6 (3 selected) and 4 of 20 (10 selected), ranks 1.., IID and two-class non-IID,
+  valued exactly: sign flip (each sends minus its update), "a little is enough" and inner-product
+  manipulation (ByzFL's attacks and factors, fedsv.data.collusion: the group trains every colluder's
+  data each round and sends one vector). Each attack's final accuracy is compared with the run whose
+  colluders withhold their data (send nothing: "the run without them"; in a two-class non-IID
+  federation their classes are missing whatever the guard does) and with the honest run; the
+  colluders' rounds turned away of selected, the honest members' turned away of selected, and the
+  colluders' largest payout share (recommended value, negative values paid nothing) over the lowest
+  honest member's.
 - honest: no attacker; updates the guard refused and members quarantined (both must be 0) and the final
   accuracy.
 """
@@ -26,6 +29,7 @@ Each accuracy cell is its run's final test accuracy minus the honest run's (same
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,14 +55,6 @@ RIDERS = {
     "replay": "replay",
     "replay, 10^7 declared": "replay+count:10000000",
 }
-COLLUDE = {"-3x": "scale:-3", "sign flip": "scale:-1"}
-FEDERATIONS = [
-    (6, 0.5, 2),
-    (10, 0.5, 2),
-    (10, 0.5, 3),
-    (20, 0.25, 2),
-    (20, 0.25, 3),
-]  # members, fraction, colluders
 HONEST = [(6, 0.5), (20, 0.5), (50, 0.2)]
 BEFORE: dict[str, Any] = {**UNGUARDED, "update_norm_policy": "clip"}
 
@@ -152,31 +148,71 @@ def riders(seeds: list[int], rounds: int) -> None:
     print_table(header, rows)
 
 
+COLLUDING = {"sign flip": "scale:-1", "ALIE": "alie", "IPM": "ipm"}
+COLLUDING_FEDERATIONS = [(6, 0.5, 2), (20, 0.5, 4)]  # members, fraction, colluders
+
+
+@dataclass(frozen=True)
+class ColludedRun:
+    """A valued run's final accuracy, rounds turned away of selected (colluders, honest members), and
+    the colluders' largest share over the lowest honest member's (recommended value)."""
+
+    accuracy: float
+    colluders_refused: tuple[int, int]
+    honest_refused: tuple[int, int]
+    share_ratio: float
+
+
+def colluded_run(settings: dict[str, Any], colluders: set[str]) -> ColludedRun:
+    result = run_demo(DemoConfig(**settings))
+    totals = result.valuation.totals()
+    ids = sorted(totals["fedsv"])
+    shrunk = [totals["fedsv_shrunk"][p] or 0.0 for p in ids]
+    paid = {p: share[0] for p, share in zip(ids, shares(shrunk, [None] * len(ids), 1.0, "zero"), strict=True)}
+    lowest = min(paid[p] for p in ids if p not in colluders)
+    worst = max((paid[p] for p in colluders), default=0.0)
+    counts = {True: [0, 0], False: [0, 0]}
+    for r in result.valuation.per_round():
+        for p in r.selected or r.participants:
+            tally = counts[p in colluders]
+            tally[1] += 1
+            tally[0] += p not in r.participants
+    ratio = worst / lowest if lowest > 0 else (0.0 if worst == 0 else math.inf)
+    return ColludedRun(result.accuracies[-1], tuple(counts[True]), tuple(counts[False]), ratio)  # type: ignore[arg-type]
+
+
 def colluders(seeds: list[int], rounds: int) -> None:
     rows = []
-    for members, fraction, count in FEDERATIONS:
+    for members, fraction, count in COLLUDING_FEDERATIONS:
+        group = {f"p{r:03d}" for r in range(1, count + 1)}
         for partition in ("iid", "noniid"):
             for seed in seeds:
-                base = settings_of(members, fraction, rounds, seed, partition)
-                honest, _ = final_accuracy(base)
+                base = {**settings_of(members, fraction, rounds, seed, partition), "valuation": "exact"}
+                honest = colluded_run(base, set())
                 ranks = f"1-{count}"
-                withheld, _ = final_accuracy({**base, "corrupt": f"{ranks}=scale:0"})
+                withheld, _ = final_accuracy({**base, "valuation": "none", "corrupt": f"{ranks}=scale:0"})
                 cells = []
-                for spec in COLLUDE.values():
-                    run = guarded_run({**base, "corrupt": f"{ranks}={spec}"})
+                for spec in COLLUDING.values():
+                    run = colluded_run({**base, "corrupt": f"{ranks}={spec}"}, group)
                     cells += [
-                        f"{run.accuracy - honest:+.3f}",
                         f"{run.accuracy - withheld:+.3f}",
-                        str(len(run.quarantined)),
+                        f"{run.accuracy - honest.accuracy:+.3f}",
+                        "{}/{}".format(*run.colluders_refused),
+                        "{}/{}".format(*run.honest_refused),
+                        f"{run.share_ratio:.2f}",
                     ]
                 selected = max(1, round(fraction * members))
                 rows.append([
-                    f"{count} of {members}", str(selected), partition, str(seed), f"{honest:.3f}",
-                    f"{withheld - honest:+.3f}", *cells,
+                    f"{count} of {members}", str(selected), partition, str(seed), f"{honest.accuracy:.3f}",
+                    "{}/{}".format(*honest.honest_refused), f"{withheld - honest.accuracy:+.3f}", *cells,
                 ])  # fmt: skip
                 print(" ".join(rows[-1]), flush=True)
-    attacks = [f"{name}: {part}" for name in COLLUDE for part in ("vs honest", "vs withheld", "quarantined")]
-    print_table(["colluders", "selected", "partition", "seed", "honest acc.", "withheld", *attacks], rows)
+    parts = ("vs without", "vs honest", "refused", "honest refused", "share / lowest")
+    attacks = [f"{name}: {part}" for name in COLLUDING for part in parts]
+    print_table(
+        ["colluders", "selected", "partition", "seed", "honest acc.", "honest refused", "without", *attacks],
+        rows,
+    )
 
 
 def honest_runs(seeds: list[int], rounds: int) -> None:
