@@ -175,6 +175,8 @@ class Corruption:
     mimic: float | None = None  # a free rider: the federation's step (w_t - w_s) / (t - s), plus noise
     # of this many times its norm (None: not a mimic)
     copy_of: int | None = None  # a second identity: the member holds this rank's data (simulated shards)
+    made_up: bool = False  # holds no data: trains on inputs and labels it made up (simulated shards)
+    adds_step: bool = False  # adds the federation's recent step (w_t - w_s) / (t - s) to what it sends
     collude: str | None = None  # a colluding attack (collusion.ATTACKS): alie, ipm (None: none)
     collude_factor: float = 0.0  # its factor (collusion.FACTORS where the spec names none)
     group: tuple[int, ...] = ()  # the colluding ranks (RunConfig.corruptions: the entry's ranks)
@@ -215,6 +217,8 @@ class Corruption:
             and self.keep == 0
             and self.copy_of is None
             and self.collude is None
+            and not self.made_up
+            and not self.adds_step
         )
 
     @property
@@ -222,7 +226,7 @@ class Corruption:
         """Whether it changes the participant's data (flipped labels, a backdoor, fewer samples, another
         rank's shard), not only what it sends."""
         changed = self.label_flip_ratio > 0 or self.backdoor is not None or self.keep > 0
-        return changed or self.copy_of is not None
+        return changed or self.copy_of is not None or self.made_up
 
     @property
     def trains(self) -> bool:
@@ -252,6 +256,9 @@ class Corruption:
             return step
         if self.noise_norm > 0:
             return _noise(delta, self.noise_norm, seed)
+        if self.adds_step:
+            step = self.seen.step(delta, global_state, round)
+            delta = {k: t + step[k] if t.is_floating_point() else t for k, t in delta.items()}
         return self.scale_delta(delta)
 
     def declared(self, true_count: int) -> int:
@@ -267,6 +274,12 @@ class Corruption:
     def apply_to_dataset(self, ds: ArrayDataset, seed: int) -> ArrayDataset:
         """The participant's data with label flipping applied (unchanged when label_flip_ratio is 0), and
         only `keep` of its samples (a seeded draw) where it keeps fewer."""
+        if self.made_up:  # as many made-up samples: inputs uniform over the data's range, labels uniform
+            rng = np.random.default_rng(seed)
+            low, high = float(np.min(ds.x)), float(np.max(ds.x))
+            x = rng.uniform(low, high, size=ds.x.shape).astype(ds.x.dtype)
+            y = rng.integers(0, ds.num_classes, size=len(ds)).astype(ds.y.dtype)
+            ds = replace(ds, x=x, y=y)
         if 0 < self.keep < len(ds):
             chosen = np.sort(np.random.default_rng(seed).choice(len(ds), size=self.keep, replace=False))
             ds = replace(ds, x=ds.x[chosen], y=ds.y[chosen])
@@ -311,6 +324,10 @@ class Corruption:
             parts.append(f"keep:{self.keep}")
         if self.copy_of is not None:
             parts.append(f"copy:{self.copy_of}")
+        if self.made_up:
+            parts.append("madeup")
+        if self.adds_step:
+            parts.append("step")
         if self.collude is not None:
             parts.append(f"{self.collude}:{self.collude_factor:g}")
         if self.group:
@@ -385,7 +402,9 @@ def parse_corruption(spec: str) -> Corruption:
     "mimic" or "mimic:NOISE" (the federation's own recent step, (w_t - w_s) / (t - s) from the global
     models it received, plus Gaussian noise of NOISE times its norm: the disguised free rider); "keep:30"
     (a member with little data: 30 of its samples); "copy:4" (a second identity of rank 4's owner: a
-    member holding a copy of rank 4's shard); colluders: "alie[:TAU]" (a little is enough) and
+    member holding a copy of rank 4's shard); "madeup" (a member with no data that makes up inputs and
+    labels and trains on them as an honest member trains), "step" (adds the federation's recent step,
+    as a mimic computes it, to what it sends: "madeup+step"); colluders: "alie[:TAU]" (a little is enough) and
     "ipm[:TAU]" (inner-product manipulation) with "group:1,2" naming the colluding ranks (the
     `--corrupt` entry's ranks where it names none: fedsv.data.collusion)."""
     text = spec.strip().lower()
@@ -401,6 +420,8 @@ def parse_corruption(spec: str) -> Corruption:
     mimic: float | None = None
     keep = 0
     copy_of: int | None = None
+    made_up = False
+    adds_step = False
     collude: str | None = None
     tau = 0.0
     group: tuple[int, ...] = ()
@@ -463,6 +484,10 @@ def parse_corruption(spec: str) -> Corruption:
                     f"bad corruption {spec!r}: copy needs the rank whose data it holds, e.g. copy:4"
                 )
             copy_of = int(arg)
+        elif kind == "madeup" and not arg:
+            made_up = True
+        elif kind == "step" and not arg:
+            adds_step = True
         elif kind in ATTACKS:
             try:
                 tau = float(arg) if arg else FACTORS[kind]
@@ -480,7 +505,7 @@ def parse_corruption(spec: str) -> Corruption:
             raise ValueError(
                 f"unknown corruption {spec!r}; use none, flip:RATIO[:own], backdoor, backdoor:target=LABEL, "
                 "scale:FACTOR, count:SAMPLES, noise:NORM, replay, mimic[:NOISE], keep:SAMPLES, copy:RANK, "
-                "alie[:TAU] or ipm[:TAU]"
+                "madeup, step, alie[:TAU] or ipm[:TAU]"
             )
     return Corruption(
         label_flip_ratio=ratio,
@@ -493,6 +518,8 @@ def parse_corruption(spec: str) -> Corruption:
         mimic=mimic,
         keep=keep,
         copy_of=copy_of,
+        made_up=made_up,
+        adds_step=adds_step,
         collude=collude,
         collude_factor=tau,
         group=group,

@@ -3,25 +3,22 @@
 Each round the referee values every update that reached it (`marginals`): its effect on the validation
 loss of the round's aggregate, the leave-one-out change for an update that was aggregated and the
 add-one change for one that was not (turned away, or quarantined), with the validation set's paired
-standard error, and its cosine with the validation loss's descent at w_t. A member's score over its
-last WINDOW updates is their mean effect over its error, which counts the validation set's noise and
-the federation's own round-to-round spread (a robust spread of the aggregated updates' effects over
-the last SPREAD_ROUNDS rounds: in a skewed non-IID federation honest updates also make the loss worse
-now and then, and by far more than the validation set's noise alone).
+standard error. A member's score over its last WINDOW updates is their mean effect over its error,
+which counts the validation set's noise and the federation's own round-to-round spread (a robust
+spread of the aggregated updates' effects over the last SPREAD_ROUNDS rounds: in a skewed non-IID
+federation honest updates also make the loss worse now and then, and by far more than the validation
+set's noise alone).
 
-The spread is measured on the members **not under suspicion** only: a member whose last updates made
-the loss worse on average (a mean effect above 0) does not count in it. Colluders that are aggregated
-together widen the spread of everyone's effects (in a two-class non-IID federation two sign-flipping
-members of six hid in the spread they made: docs/decisions/0001-reputation-spread.md); they cannot
-widen this one.
+The spread is measured on the members **not under suspicion**: the members whose last updates made
+the loss worse on average (mean effect above 0), the worst first and never more than a minority of
+the members seen, do not count in it. Colluders that are aggregated together widen the spread of
+everyone's effects; they cannot widen this one (docs/decisions/0001-reputation-spread.md). Only
+aggregated updates set it, so members turned away cannot widen it either.
 
-A member is quarantined when its score is over ENTER (after at least MIN_UPDATES updates), or when its
-last WINDOW updates all pointed against the validation loss's descent while, on average, making the
-loss worse (a sign-flipping or inner-product-manipulating member: honest non-IID updates point against
-the descent now and then, not round after round while doing harm). In quarantine its updates are
-still valued (its add-one effect, this module's evidence) but not aggregated. It is readmitted once
-MIN_UPDATES updates sent in quarantine score LEAVE or less. Only aggregated updates set the
-federation's spread, so members turned away cannot widen it either.
+A score over ENTER (after at least MIN_UPDATES updates) quarantines the member, the worst first, while
+fewer than a minority of the members seen are in quarantine: its updates are still valued (its add-one
+effect, this module's evidence) but not aggregated. It is readmitted once MIN_UPDATES updates sent in
+quarantine score LEAVE or less.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ WINDOW = 3
 """A member's last updates its score is taken over."""
 MIN_UPDATES = 2
 """Updates a member must have sent (in quarantine: since it was quarantined) before it is judged."""
-ENTER = 3.0
+ENTER = 5.0
 """The score (standard errors of harm) over which a member is quarantined."""
 LEAVE = 1.0
 """The score at or under which a quarantined member is readmitted."""
@@ -54,13 +51,11 @@ MAD_TO_SD = 1.4826
 
 @dataclass(frozen=True)
 class Evidence:
-    """An update's effect on the validation loss of its round's aggregate (positive: worse), its
-    standard error over the validation samples, and its cosine with the validation loss's descent at
-    w_t (None where unknown: evidence recorded before it was kept)."""
+    """An update's effect on the validation loss of its round's aggregate (positive: worse) and its
+    standard error over the validation samples."""
 
     effect: float
     stderr: float
-    descent: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,40 +84,21 @@ def _evidence(difference: Tensor) -> Evidence:
     return Evidence(float(difference.mean()), stderr)
 
 
-def _cosines(referee: Referee, updates: Sequence[ClientUpdate]) -> dict[str, float]:
-    """Each update's cosine with the referee's descent (0 for a zero update or a zero descent)."""
-    descent = referee.descent()
-    names = sorted(descent)
-    ref = torch.cat([descent[n].flatten().to(torch.float64) for n in names])
-    ref_norm = float(ref.norm())
-    out: dict[str, float] = {}
-    for u in updates:
-        flat = torch.cat([u.delta[n].flatten().to(ref.device, torch.float64) for n in names])
-        norm = float(flat.norm()) * ref_norm
-        cosine = float(flat @ ref) / norm if norm > 0 and math.isfinite(norm) else 0.0
-        out[u.participant] = cosine if math.isfinite(cosine) else 0.0
-    return out
-
-
 def marginals(
     referee: Referee, aggregated: Sequence[ClientUpdate], others: Sequence[ClientUpdate]
 ) -> dict[str, Evidence]:
     """Each update's effect on the loss of the round's aggregate: leave-one-out for the `aggregated`,
-    add-one for the `others` (turned away or quarantined), with its cosine with the descent. One pass
-    over the validation set per update."""
+    add-one for the `others` (turned away or quarantined). One pass over the validation set per update."""
     if not aggregated and not others:
         return {}
     like = (aggregated or others)[0].delta
     full = _losses(referee, aggregated, like)
-    cosines = _cosines(referee, [*aggregated, *others])
     out: dict[str, Evidence] = {}
     for u in aggregated:
         rest = [v for v in aggregated if v is not u]
-        found = _evidence(full - _losses(referee, rest, like))
-        out[u.participant] = Evidence(found.effect, found.stderr, cosines[u.participant])
+        out[u.participant] = _evidence(full - _losses(referee, rest, like))
     for u in others:
-        found = _evidence(_losses(referee, [*aggregated, u], like) - full)
-        out[u.participant] = Evidence(found.effect, found.stderr, cosines[u.participant])
+        out[u.participant] = _evidence(_losses(referee, [*aggregated, u], like) - full)
     return out
 
 
@@ -135,9 +111,19 @@ class Reputation:
     spreads: deque[dict[str, float]] = field(default_factory=deque)
     quarantined: set[str] = field(default_factory=set)
 
+    def minority(self) -> int:
+        """The most members that may be suspects, or in quarantine, at once: fewer than half of those
+        the reputation has seen (a dishonest minority is what it guards against)."""
+        return max(0, (len(self.history) - 1) // 2)
+
     def suspects(self) -> set[str]:
-        """Members whose last updates made the validation loss worse on average (mean effect above 0)."""
-        return {p for p, seen in self.history.items() if seen and sum(e.effect for e in seen) > 0}
+        """Members whose last updates made the validation loss worse on average (mean effect above 0),
+        the worst first, never more than a minority: where most members' updates make the loss worse
+        (one member's larger helpful step makes every other one's leave-one-out effect harmful), the
+        majority is not suspect."""
+        means = {p: sum(e.effect for e in seen) / len(seen) for p, seen in self.history.items() if seen}
+        harmful = sorted((p for p, m in means.items() if m > 0), key=lambda p: (-means[p], p))
+        return set(harmful[: self.minority()])
 
     def spread(self) -> float:
         """The federation's round-to-round spread of aggregated effects, over the members not under
@@ -163,14 +149,6 @@ class Reputation:
             return math.inf if mean > 0 else 0.0
         return mean / math.sqrt(variance)
 
-    def against_descent(self, participant: str) -> bool:
-        """Whether the member's last WINDOW updates all pointed against the validation descent while, on
-        average, making the loss worse."""
-        seen = list(self.history.get(participant, ()))
-        if len(seen) < WINDOW or sum(e.effect for e in seen) <= 0:
-            return False
-        return all(e.descent is not None and e.descent < 0 for e in seen)
-
     def observe(self, evidence: Mapping[str, Evidence], aggregated: Sequence[str]) -> ReputationChange:
         """Take a round's evidence (`aggregated`: whose updates were aggregated); quarantine and readmit."""
         self.spreads.append({p: evidence[p].effect for p in aggregated if p in evidence})
@@ -180,24 +158,27 @@ class Reputation:
             self.history.setdefault(pid, deque(maxlen=WINDOW)).append(evidence[pid])
         change = ReputationChange()
         spread = self.spread()
+        entering: dict[str, float] = {}
         for pid in sorted(evidence):
             score = self.score(pid, spread)
             if score is None:
                 continue
-            if pid not in self.quarantined and (score > ENTER or self.against_descent(pid)):
-                self.quarantined.add(pid)
-                self.history[pid].clear()  # readmission is judged on the updates sent in quarantine
-                change.quarantined[pid] = score
+            if pid not in self.quarantined and score > ENTER:
+                entering[pid] = score
             elif pid in self.quarantined and score <= LEAVE:
                 self.quarantined.discard(pid)
                 change.readmitted[pid] = score
+        for pid in sorted(entering, key=lambda p: (-entering[p], p)):  # the worst first, a minority at most
+            if len(self.quarantined) >= self.minority():
+                break
+            self.quarantined.add(pid)
+            self.history[pid].clear()  # readmission is judged on the updates sent in quarantine
+            change.quarantined[pid] = entering[pid]
         return change
 
     def to_json(self) -> dict[str, object]:
         return {
-            "history": {
-                p: [[e.effect, e.stderr, e.descent] for e in h] for p, h in sorted(self.history.items())
-            },
+            "history": {p: [[e.effect, e.stderr] for e in h] for p, h in sorted(self.history.items())},
             "spreads": [dict(sorted(r.items())) for r in self.spreads],
             "quarantined": sorted(self.quarantined),
         }
@@ -227,11 +208,10 @@ class Reputation:
 
 
 def _read_evidence(entry: object) -> Evidence:
-    """[effect, stderr] (checkpoints before the descent was kept) or [effect, stderr, descent|None]."""
-    if not isinstance(entry, list) or len(entry) not in (2, 3):
+    """[effect, stderr]."""
+    if not isinstance(entry, list) or len(entry) != 2:
         raise ValueError("the checkpoint's reputation is malformed")
-    descent = entry[2] if len(entry) == 3 else None
-    return Evidence(float(entry[0]), float(entry[1]), None if descent is None else float(descent))
+    return Evidence(float(entry[0]), float(entry[1]))
 
 
 def _read_spread(effects: object) -> dict[str, float]:

@@ -59,7 +59,8 @@ RUN_SETTINGS: dict[str, Any] = {  # name -> pydantic FieldInfo (Field's type is 
         description=(
             "per-rank corruptions, e.g. '0-3=flip:0.1;7=backdoor;8=keep:30;9=mimic:1' (flip:R, backdoor, "
             "scale:F, count:N, noise:NORM, replay, mimic[:NOISE], keep:N, copy:RANK (a second identity "
-            "with RANK's shard); '+' joins several)"
+            "with RANK's shard), madeup (trains on made-up inputs and labels), step (adds the federation's "
+            "recent step), alie[:TAU] or ipm[:TAU] (the entry's ranks collude); '+' joins several)"
         ),
     ),
     # training

@@ -249,3 +249,24 @@ def test_copy_is_a_second_identity_holding_another_ranks_shard() -> None:
     assert corruption.touches_data and corruption.trains and not corruption.is_clean
     with pytest.raises(ValueError, match="copy:6 names no rank"):
         load_shard(splits, 5, 6, "iid", 0, "copy:6")
+
+
+def test_a_member_with_made_up_data_trains_on_uniform_inputs_and_labels_and_may_add_the_step() -> None:
+    rng = np.random.default_rng(0)
+    real = ArrayDataset(
+        rng.uniform(0.2, 0.6, (50, 1, 4, 4)).astype(np.float32), np.zeros(50, np.int64), 10, "t"
+    )
+    spec = parse_corruption("madeup+step")
+    assert spec.made_up and spec.adds_step and spec.trains and spec.touches_data
+    assert parse_corruption(spec.describe()) == spec
+    made = spec.apply_to_dataset(real, seed=3)
+    assert made.x.shape == real.x.shape and made.x.dtype == real.x.dtype
+    assert made.x.min() >= 0.2 and made.x.max() <= 0.6 and not np.allclose(made.x, real.x)
+    assert len(np.unique(made.y)) > 5  # labels over every class, not the member's one
+    again = spec.apply_to_dataset(real, seed=3)
+    assert np.array_equal(again.x, made.x) and np.array_equal(again.y, made.y)  # seeded
+    delta = {"w": torch.ones(3)}
+    first = spec.send(delta, 0, {"w": torch.zeros(3)}, round=1)  # no step seen yet: the delta alone
+    assert torch.equal(first["w"], torch.ones(3))
+    later = spec.send(delta, 0, {"w": torch.full((3,), 4.0)}, round=3)  # step (4 - 0) / 2 added
+    assert torch.equal(later["w"], torch.full((3,), 3.0))
