@@ -40,7 +40,7 @@ WINDOW = 3
 """A member's last updates its score is taken over."""
 MIN_UPDATES = 2
 """Updates a member must have sent (in quarantine: since it was quarantined) before it is judged."""
-ENTER = 5.0
+ENTER = 4.0
 """The score (standard errors of harm) over which a member is quarantined."""
 LEAVE = 1.0
 """The score at or under which a quarantined member is readmitted."""
