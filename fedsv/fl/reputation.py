@@ -15,7 +15,10 @@ the members seen, do not count in it. Colluders that are aggregated together wid
 everyone's effects; they cannot widen this one (docs/decisions/0001-reputation-spread.md). Only
 aggregated updates set it, so members turned away cannot widen it either.
 
-A score over ENTER (after at least MIN_UPDATES updates) quarantines the member, the worst first, while
+Harm is measured from 0, or from the median effect of the members not under suspicion where that is
+itself harmful: one member's larger helpful step makes every other member's leave-one-out effect
+harmful, and they are not harmful for it. A score over ENTER (after at least MIN_UPDATES updates)
+quarantines the member, the worst first, while
 fewer than a minority of the members seen are in quarantine: its updates are still valued (its add-one
 effect, this module's evidence) but not aggregated. It is readmitted once MIN_UPDATES updates sent in
 quarantine score LEAVE or less.
@@ -125,24 +128,37 @@ class Reputation:
         harmful = sorted((p for p, m in means.items() if m > 0), key=lambda p: (-means[p], p))
         return set(harmful[: self.minority()])
 
+    def _trusted_effects(self) -> list[float]:
+        """The recent aggregated effects of the members not under suspicion."""
+        suspects = self.suspects()
+        return [e for round_effects in self.spreads for p, e in round_effects.items() if p not in suspects]
+
+    def level(self) -> float:
+        """Where harm is measured from: 0, or the median effect of the members not under suspicion
+        where that is itself harmful (one member's larger helpful step makes every other member's
+        leave-one-out effect harmful; they are not harmful for it)."""
+        effects = self._trusted_effects()
+        return max(0.0, statistics.median(effects)) if len(effects) >= 3 else 0.0
+
     def spread(self) -> float:
         """The federation's round-to-round spread of aggregated effects, over the members not under
         suspicion (0 until three such effects are known)."""
-        suspects = self.suspects()
-        effects = [e for round_effects in self.spreads for p, e in round_effects.items() if p not in suspects]
+        effects = self._trusted_effects()
         if len(effects) < 3:
             return 0.0
         middle = statistics.median(effects)
         return MAD_TO_SD * statistics.median(abs(e - middle) for e in effects)
 
-    def score(self, participant: str, spread: float | None = None) -> float | None:
-        """Mean effect of the member's last updates over its error; None with fewer than MIN_UPDATES.
-        `spread`: the federation's (spread()), when the caller has it already."""
+    def score(
+        self, participant: str, spread: float | None = None, level: float | None = None
+    ) -> float | None:
+        """Mean effect of the member's last updates, less the level (level()), over its error; None with
+        fewer than MIN_UPDATES. `spread`, `level`: the federation's, when the caller has them already."""
         seen = list(self.history.get(participant, ()))
         if len(seen) < MIN_UPDATES:
             return None
         n = len(seen)
-        mean = sum(e.effect for e in seen) / n
+        mean = sum(e.effect for e in seen) / n - (self.level() if level is None else level)
         federation = self.spread() if spread is None else spread
         variance = (sum(e.stderr**2 for e in seen) / n + federation**2) / n
         if variance <= 0:
@@ -157,10 +173,10 @@ class Reputation:
         for pid in sorted(evidence):
             self.history.setdefault(pid, deque(maxlen=WINDOW)).append(evidence[pid])
         change = ReputationChange()
-        spread = self.spread()
+        spread, level = self.spread(), self.level()
         entering: dict[str, float] = {}
         for pid in sorted(evidence):
-            score = self.score(pid, spread)
+            score = self.score(pid, spread, level)
             if score is None:
                 continue
             if pid not in self.quarantined and score > ENTER:

@@ -142,16 +142,18 @@ def test_colluders_that_widen_the_spread_are_still_quarantined() -> None:
 
 
 def test_suspects_and_quarantine_stay_a_minority() -> None:
-    """One member's larger helpful step makes every other member's leave-one-out effect harmful: only a
-    minority of them is suspect (the worst), and however the scores fall, fewer than half of the
-    members seen are quarantined at once."""
+    """One member's larger helpful step makes every other member's leave-one-out effect harmful (the
+    coordinator's task test: 4 members, one with most of the data): only a minority of them is suspect
+    (the worst), harm is measured from the others' level, so none is quarantined; and however the
+    scores fall, fewer than half of the members seen are quarantined at once."""
     reputation = Reputation()
     for t in range(4):
         evidence = {f"h{i}": Evidence(0.010 + 0.004 * ((i + t) % 5), 0.003) for i in range(5)}
         evidence["big"] = Evidence(-0.08, 0.005)
         reputation.observe(evidence, sorted(evidence))
         assert len(reputation.suspects()) <= reputation.minority() == 2, t
-        assert len(reputation.quarantined) <= 2 and "big" not in reputation.quarantined, t
+        assert not reputation.quarantined, t
+    assert reputation.level() > 0.01
     crowd = Reputation()
     for _ in range(3):
         crowd.observe(
