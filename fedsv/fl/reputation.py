@@ -18,10 +18,9 @@ aggregated updates set it, so members turned away cannot widen it either.
 Harm is measured from 0, or from the median effect of the members not under suspicion where that is
 itself harmful: one member's larger helpful step makes every other member's leave-one-out effect
 harmful, and they are not harmful for it. A score over ENTER (after at least MIN_UPDATES updates)
-quarantines the member, the worst first, while
-fewer than a minority of the members seen are in quarantine: its updates are still valued (its add-one
-effect, this module's evidence) but not aggregated. It is readmitted once MIN_UPDATES updates sent in
-quarantine score LEAVE or less.
+quarantines the member, the worst first, while fewer than half of the members seen are in quarantine:
+its updates are still valued (its add-one effect, this module's evidence) but not aggregated. It is
+readmitted once MIN_UPDATES updates sent in quarantine score LEAVE or less.
 """
 
 from __future__ import annotations
