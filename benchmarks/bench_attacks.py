@@ -171,14 +171,14 @@ def colluded_run(settings: dict[str, Any], colluders: set[str]) -> ColludedRun:
     paid = {p: share[0] for p, share in zip(ids, shares(shrunk, [None] * len(ids), 1.0, "zero"), strict=True)}
     lowest = min(paid[p] for p in ids if p not in colluders)
     worst = max((paid[p] for p in colluders), default=0.0)
-    counts = {True: [0, 0], False: [0, 0]}
-    for r in result.valuation.per_round():
-        for p in r.selected or r.participants:
-            tally = counts[p in colluders]
-            tally[1] += 1
-            tally[0] += p not in r.participants
+    rounds = result.valuation.per_round()
+
+    def refused(bad: bool) -> tuple[int, int]:
+        chosen = [(p, r) for r in rounds for p in r.selected or r.participants if (p in colluders) == bad]
+        return sum(p not in r.participants for p, r in chosen), len(chosen)
+
     ratio = worst / lowest if lowest > 0 else (0.0 if worst == 0 else math.inf)
-    return ColludedRun(result.accuracies[-1], tuple(counts[True]), tuple(counts[False]), ratio)  # type: ignore[arg-type]
+    return ColludedRun(result.accuracies[-1], refused(True), refused(False), ratio)
 
 
 def colluders(seeds: list[int], rounds: int) -> None:

@@ -76,18 +76,27 @@ def null_updates(
     return {} if len(out) == len(updates) else out
 
 
-def worse_by(referee: Referee, base: Tensor, updates: Sequence[ClientUpdate]) -> float:
-    """How many standard errors the FedAvg of `updates` raises the validation loss over w_t's
-    (`base`: w_t's per-sample losses); -inf with no update."""
-    if not updates:
-        return -math.inf
-    delta = fedavg([u.delta for u in updates], [u.num_samples for u in updates])
-    difference = (referee.losses(delta) - base).to(torch.float64)
+def _losses_of(referee: Referee, updates: Sequence[ClientUpdate]) -> Tensor:
+    """The per-sample validation losses of w_t plus the FedAvg of `updates` (not empty)."""
+    return referee.losses(fedavg([u.delta for u in updates], [u.num_samples for u in updates]))
+
+
+def _sigmas(difference: Tensor) -> float:
+    """A per-sample loss difference's mean in standard errors (+-inf where it has no spread)."""
+    difference = difference.to(torch.float64)
     error = float(difference.std()) / math.sqrt(max(difference.numel(), 1))
     mean = float(difference.mean())
     if error == 0:
         return math.inf if mean > 0 else -math.inf
     return mean / error
+
+
+def worse_by(referee: Referee, base: Tensor, updates: Sequence[ClientUpdate]) -> float:
+    """How many standard errors the FedAvg of `updates` raises the validation loss over w_t's
+    (`base`: w_t's per-sample losses); -inf with no update."""
+    if not updates:
+        return -math.inf
+    return _sigmas(_losses_of(referee, updates) - base)
 
 
 def worse_round(
@@ -97,8 +106,9 @@ def worse_round(
     tolerance: float,
 ) -> dict[str, float]:
     """Participants dropped because the round's FedAvg is worse than w_t beyond the validation set's
-    noise, their updates point against the descent below `tolerance` (the federation's, as the
-    direction check uses it) and agree with another update of the round (AGREEMENT): removed greedily
+    noise, their updates agree with another update of the round (AGREEMENT) and point against the
+    descent below `tolerance` (the federation's, as the direction check uses it) or make the round's
+    aggregate worse by themselves beyond WORSE_SIGMAS (leave-one-out): removed greedily
     while the round stays worse, never the last. With their cosines with the descent."""
     if not updates:
         return {}
@@ -109,34 +119,23 @@ def worse_round(
     partnered = _partnered(updates)
     out: dict[str, float] = {}
     while len(kept) > 1:
-        agreeing = [u for u in kept if u.participant in partnered]
-        harmful = _harmful(referee, kept, agreeing)
-        suspects = [u for u in agreeing if descent[u.participant] < tolerance or u.participant in harmful]
+        full = _losses_of(referee, kept)
+        without = {  # the round's losses without each agreeing update: its leave-one-out effect and score
+            u.participant: _losses_of(referee, [v for v in kept if v is not u])
+            for u in kept
+            if u.participant in partnered
+        }
+        suspects = [  # against the descent, or harmful by itself beyond the noise
+            p for p in without if descent[p] < tolerance or _sigmas(full - without[p]) > WORSE_SIGMAS
+        ]
         if not suspects:
             break
-        scores = {s.participant: worse_by(referee, base, [u for u in kept if u is not s]) for s in suspects}
+        scores = {p: _sigmas(without[p] - base) for p in suspects}
         drop = min(scores, key=lambda p: (scores[p], p))  # colluders sending one vector tie: by id
         out[drop] = descent[drop]
         kept = [u for u in kept if u.participant != drop]
         if scores[drop] <= WORSE_SIGMAS:
             break
-    return out
-
-
-def _harmful(referee: Referee, kept: Sequence[ClientUpdate], among: Sequence[ClientUpdate]) -> set[str]:
-    """Those of `among` whose leave-one-out effect on the loss of the FedAvg of `kept` is harmful beyond
-    WORSE_SIGMAS standard errors of the per-sample difference."""
-    if not among or len(kept) < 2:
-        return set()
-    full = referee.losses(fedavg([u.delta for u in kept], [u.num_samples for u in kept]))
-    out: set[str] = set()
-    for u in among:
-        rest = [v for v in kept if v is not u]
-        without = referee.losses(fedavg([v.delta for v in rest], [v.num_samples for v in rest]))
-        difference = (full - without).to(torch.float64)
-        error = float(difference.std()) / math.sqrt(max(difference.numel(), 1))
-        if float(difference.mean()) > WORSE_SIGMAS * error:
-            out.add(u.participant)
     return out
 
 
