@@ -106,6 +106,9 @@ def main_launch(args: argparse.Namespace, source: CliSettingsSource[Any]) -> int
         f"{run.model} on {run.dataset} ({run.partition}), valuation={run.valuation}, out={launch_config.out}",
         flush=True,
     )
+    warning = run.selection_warning()
+    if warning is not None:
+        print(f"fedsv launch: warning: {warning}", file=sys.stderr, flush=True)
     live = LivePage(launch_config.out)  # report.html, rewritten as rounds get their values
     try:
         grpc_port, metrics_port = launch.start()

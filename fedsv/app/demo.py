@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
@@ -16,11 +15,12 @@ from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import EvalSet, evaluate
 from fedsv.fl.ranks import participant_id
 from fedsv.fl.referee import ValidationReferee
-from fedsv.fl.selection import select_ranks, train_seed
+from fedsv.fl.selection import train_seed
 from fedsv.fl.state import params_of
 from fedsv.fl.update_guard import GuardMemory, guard_updates
 from fedsv.fl.updates import ClientUpdate
 from fedsv.pipeline.valuers import InlineValuer, RoundInputs
+from fedsv.settings.choices import Draw
 from fedsv.settings.run import RunConfig
 from fedsv.settings.schema import setting
 from fedsv.task.colluders import colluding_update, members
@@ -96,13 +96,12 @@ def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
     validation_samples = evaluation_samples(task, config.validation_source, "validation", settings)
     validation = EvalSet(validation_samples.x, validation_samples.y)
     test = evaluation_samples(task, config.test_source, "test", settings) if config.test_source else None
-    schedule = config.schedule()
+    selector = config.selector()
     declared = [declared_count(c, len(s)) for s, c in ranks]
     memory = GuardMemory()
-    rng = np.random.default_rng(config.seed)
     game = GameSettings(metric=task.metric, aggregation=config.aggregation_rule())
     for t in range(1, config.rounds + 1):
-        selected = select_ranks(rng, config.participants, config.selected_per_round, schedule.get(t))
+        selected = selector.ranks(t)
         updates = []
         for r in selected:
             samples, corruption = ranks[r]
@@ -137,7 +136,8 @@ def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] 
     """Train T rounds of FedAvg in this process and value every round's deltas with the federated SV,
     inline, as the coordinator's inline schedule does: a `fedsv launch` of the same settings gives the
     same selections, models and values."""
-    accounting = FederatedValuation([participant_id(r) for r in range(config.participants)])
+    world = [participant_id(r) for r in range(config.participants)]
+    accounting = FederatedValuation(world, balanced=config.draw == Draw.BALANCED)
     accuracies: list[float] = []
     valuer: InlineValuer | None = None
     for trained, accuracy in demo_rounds(config):

@@ -26,16 +26,19 @@ report.ranked_rows) are paid alike, by their group's mean value."""
 @dataclass(frozen=True)
 class Share:
     """A participant's part of the budget: its value (and standard error, None: unknown), its share, the
-    amount, and the amounts at the two ends of its 95% interval (None where an error is unknown)."""
+    amount, and the amounts at the two ends of its 95% interval (None where an error is unknown). A
+    member never selected is not `valued`: its value, share and amounts are None, and its equal part
+    of the budget is held out of the split (held_out)."""
 
     participant: str
-    value: float
+    value: float | None
     stderr: float | None
     group: int | None
-    share: float
-    amount: float
+    share: float | None
+    amount: float | None
     amount_low: float | None
     amount_high: float | None
+    valued: bool = True
 
 
 def _weights(values: list[float], negative: str) -> list[float]:
@@ -90,7 +93,9 @@ def payout(
 ) -> list[Share]:
     """Each participant's part of `amount` by its `value` total (every member of the run, 0 for one that
     contributed nothing); ValueError when the run is not fully valued, a setting is unknown or nothing
-    is left to pay by. `rule` "groups" pays members that cannot be told apart alike."""
+    is left to pay by. `rule` "groups" pays members that cannot be told apart alike. A member never
+    selected has no value: the valued members split amount x (valued / members), and its equal part
+    is held out (held_out)."""
     if rule not in RULES:
         raise ValueError(f"rule must be one of {list(RULES)}, got {rule!r}")
     if value not in VALUES:
@@ -101,7 +106,11 @@ def payout(
         raise ValueError(f"amount must be a positive number, got {amount!r}")
     report = build_report(run_dir)
     _require_valued(report)
-    rows = ranked_rows(report)
+    ranked = ranked_rows(report)
+    rows = [row for row in ranked if row.get("valued", True)]
+    if not rows:
+        raise ValueError("no participant was selected in any round: nothing to pay by")
+    pot = amount * len(rows) / len(ranked)
     error_key = f"{value}_stderr"
     values = [float(row[value] or 0.0) for row in rows]
     errors = [row.get(error_key) for row in rows]
@@ -113,7 +122,7 @@ def payout(
         values = _group_means(values, group, [row.get("owner") or [row["participant"]] for row in rows])
     out = []
     for row, error, (share, paid, low, high) in zip(
-        rows, errors, shares(values, between, amount, negative), strict=True
+        rows, errors, shares(values, between, pot, negative), strict=True
     ):
         out.append(
             Share(
@@ -127,7 +136,14 @@ def payout(
                 _none(high),
             )
         )
+    missing = [row["participant"] for row in ranked if not row.get("valued", True)]
+    out.extend(Share(pid, None, None, None, None, None, None, None, False) for pid in missing)
     return out
+
+
+def held_out(rows: list[Share], amount: float) -> float:
+    """The part of `amount` held out of the split for the members not valued (each its equal part)."""
+    return amount * sum(not row.valued for row in rows) / max(len(rows), 1)
 
 
 def _group_means(values: list[float], groups: list[int | None], owners: list[list[str]]) -> list[float]:
@@ -178,15 +194,26 @@ def format_payout(rows: list[Share], amount: float, value: str, negative: str, r
         f"{'participant':<12} {'value ± stderr':>20} {'group':>5} {'share':>8} {'amount':>12} {'range':>27}",
     ]
     for row in rows:
+        if not row.valued:
+            lines.append(f"{row.participant:<12} {'not valued (never selected)':>36} {'held out':>21}")
+            continue
         error = "?" if row.stderr is None or not math.isfinite(row.stderr) else f"{row.stderr:.5f}"
         span = (
             "?"
             if row.amount_low is None or row.amount_high is None
             else f"{row.amount_low:,.2f} - {row.amount_high:,.2f}"
         )
-        value = f"{row.value:.5f} ± {error}"
+        value = f"{row.value or 0.0:.5f} ± {error}"
         group = "-" if row.group is None else str(row.group)
         lines.append(
-            f"{row.participant:<12} {value:>20} {group:>5} {row.share:>8.2%} {row.amount:>12,.2f} {span:>27}"
+            f"{row.participant:<12} {value:>20} {group:>5} {row.share or 0.0:>8.2%} "
+            f"{row.amount or 0.0:>12,.2f} {span:>27}"
+        )
+    missing = [row.participant for row in rows if not row.valued]
+    if missing:
+        lines.append(
+            f"\nheld out of the split: {held_out(rows, amount):,.2f} ({len(missing)} of {len(rows)} equal "
+            f"parts) for {', '.join(missing)}, never selected and so not valued: pay it when they are "
+            "valued (a later run), or split it as the consortium decides"
         )
     return "\n".join(lines)

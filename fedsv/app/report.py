@@ -11,7 +11,15 @@ from typing import Any
 from fedsv.app.report_owners import lookalikes, round_alike
 from fedsv.app.run_dirs import resolve_run
 from fedsv.fl.ranks import participant_id
-from fedsv.ledger import EffectRow, Ledger, RoundRecord, UpdateRow, ValueRow, federated_valuation
+from fedsv.ledger import (
+    EffectRow,
+    Ledger,
+    RoundRecord,
+    UpdateRow,
+    ValueRow,
+    drew_balanced,
+    federated_valuation,
+)
 from fedsv.settings.run import RunConfig
 from fedsv.valuation.accounting.rounds import TOTAL_KEYS
 from fedsv.valuation.accounting.verdict import differ, owners_verdict
@@ -120,7 +128,8 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     # every participant the run had, and any selected (in a round not valued yet too)
     world = list(dict.fromkeys([*(_world(run[1]) or []), *(p for rec in records for p in rec.selected)]))
     # refuses value rows of rounds it has no record of
-    valuation = federated_valuation(records, rows, world, class_rows, fold_rows, initial)
+    balanced = drew_balanced(run[1])
+    valuation = federated_valuation(records, rows, world, class_rows, fold_rows, initial, balanced)
     classes = valuation.class_totals()
     completion = valuation.completed()[1] if valuation.per_round() else None
     rows_of: dict[int, list[ValueRow]] = {rec.round: [] for rec in records}
@@ -140,7 +149,10 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     total_bytes = sum(rec.bytes_up + rec.bytes_down for rec in records)
     minimum = sum(rec.physical_minimum_bytes for rec in records)
     n = max(1, len(records))
-    values = _values(valuation, records)
+    # never selected in any round: no value at all, shown as not valued (never as a certain 0)
+    drawn = {pid for rec in records for pid in rec.selected}
+    not_valued = [pid for pid in valuation.participants() if pid not in drawn]
+    values = _values(valuation, records, not_valued)
     owners = valuation.owners().shared()  # participants valued as one owner (merged in a round)
     rounds = [
         _round_entry(rec, rows_of[rec.round], updates_of[rec.round], effects_of[rec.round]) for rec in records
@@ -155,6 +167,7 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         "stderr_between": values.between,
         "stderr_parts": values.parts,
         "pending_rounds": values.pending,
+        "not_valued": not_valued,
         "owners": owners,
         "lookalikes": lookalikes(rounds),  # members valued apart whose updates looked like copies
         "verdict": _verdict(values.totals[VERDICT_VALUE], values.between[VERDICT_VALUE], owners),
@@ -202,11 +215,12 @@ class Values:
     pending: list[int]
 
 
-def _values(valuation: Any, records: list[RoundRecord]) -> Values:
+def _values(valuation: Any, records: list[RoundRecord], not_valued: list[str]) -> Values:
     """Every participant's totals, their standard errors and their parts, and the rounds still awaiting
     their values. Nothing unknown is shown as known: with no round valued every total is None; a
     participant selected in a round awaiting its values has partial totals whose errors are None, and
-    so has every completed total (it depends on every round)."""
+    so has every completed total (it depends on every round); a participant of `not_valued` (never
+    selected) has every total and error None."""
     pending = [rec.round for rec in records if rec.pending]
     ids = valuation.participants()
     if not valuation.per_round():
@@ -232,9 +246,13 @@ def _values(valuation: Any, records: list[RoundRecord]) -> Values:
         part: {key: {pid: _num(e) for pid, e in values.items()} for key, values in table.items()}
         for part, table in valuation.error_parts().items()
     }
-    return Values(
+    found = Values(
         valuation.totals(), known(valuation.errors()), known(valuation.between_errors()), by_part, pending
     )
+    for table in (found.totals, found.stderr, found.between, *found.parts.values()):
+        for column in table.values():
+            column.update(dict.fromkeys(set(not_valued) & set(column)))
+    return found
 
 
 def _verdict(values: dict[str, Any], errors: dict[str, Any], owners: list[list[str]]) -> dict[str, Any]:
@@ -255,7 +273,8 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per participant of the run (the world and every one ever selected), best recommended value
     first; a total not known yet is None.
 
-    Each row holds every total with its standard error (None: unknown), its verdict group, its `owner`
+    Each row holds whether it was `valued` (False: never selected, every total None), every total with
+    its standard error (None: unknown), its verdict group, its `owner`
     (the participants valued as one owner with it, owners.py; None: an owner alone), and
     `separated_from_next`: whether its recommended value differs from the next rank's at 95% (None for
     the last, or where an error is unknown)."""
@@ -281,6 +300,7 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     groups = report.get("verdict", {}).get("groups", [])
     group_of = {pid: k for k, group in enumerate(groups, start=1) for pid in group}
     owner_of = {pid: owner for owner in report.get("owners", []) for pid in owner}
+    not_valued = set(report.get("not_valued", []))
 
     def total(key: str, pid: str) -> float | None:
         value = totals.get(key, {}).get(pid)
@@ -290,6 +310,7 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "participant": pid,
             "rounds_selected": selected.get(pid, 0),
+            "valued": pid not in not_valued,
             "rounds_refused": refused.get(pid, 0),
             "rounds_quarantined": quarantined.get(pid, 0),
             "rounds_public": public.get(pid, 0),

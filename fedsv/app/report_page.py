@@ -187,6 +187,8 @@ def _members_section(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         ]
         value, error = row.get(key), row.get(f"{key}_stderr")
         shown = "?" if value is None else f"{value:.5f}" + ("" if error is None else f" ± {error:.5f}")
+        if row.get("valued") is False:
+            shown = "not valued (never selected; a payout holds its part out of the split)"
         out.append(
             f"<details id='member-{_e(pid)}' class='member'><summary>{_e(pid)}: {_e(key)} {_e(shown)}, "
             f"rank {_e(row.get('rank'))}, group {_e(row.get('group') or '-')}</summary>"
@@ -242,6 +244,7 @@ def render_page(report: dict[str, Any]) -> str:
         "rows": [
             {
                 "participant": row["participant"],
+                "valued": row.get("valued", True),
                 "group": row.get("group"),
                 "owner_size": len(row.get("owner") or [row["participant"]]),
                 **{key: row.get(key) for key in VALUES},
@@ -316,7 +319,10 @@ function payout() {
   const key = document.getElementById('value').value;
   const negative = document.getElementById('negative').value;
   const rule = document.getElementById('rule').value;
-  const rows = PAYOUT.rows;
+  const ranked = PAYOUT.rows;
+  const rows = ranked.filter(r => r.valued);  // a member never selected has no value: held out
+  const missing = ranked.filter(r => !r.valued);
+  const pot = ranked.length ? amount * rows.length / ranked.length : 0;
   let values = rows.map(r => r[key] === null ? 0 : r[key]);
   if (rule === 'groups') {  // members that cannot be told apart: paid by their group's mean over owners
     const sums = {}, counts = {};  // an owner of several participants counts once, each its equal part
@@ -329,7 +335,7 @@ function payout() {
       : sums[rows[i].group] / counts[rows[i].group] / rows[i].owner_size);
   }
   const width = rows.map(r => r[key + '_error'] === null ? NaN : PAYOUT.z95 * r[key + '_error']);
-  const shares = split(values, negative);
+  const shares = rows.length ? split(values, negative) : null;
   const body = document.querySelector('#payout-table tbody');
   body.textContent = '';
   if (shares === null || !(amount > 0)) {
@@ -337,6 +343,15 @@ function payout() {
     return;
   }
   const fmt = x => x.toLocaleString('en-US', {minimumFractionDigits: 2, maximumFractionDigits: 2});
+  const member = (r) => {
+    const tr = body.insertRow();
+    tr.className = 'payout-row';
+    tr.dataset.participant = r.participant;
+    const link = document.createElement('a');
+    link.href = '#member-' + r.participant; link.textContent = r.participant;
+    tr.insertCell().appendChild(link);
+    return tr;
+  };
   rows.forEach((r, i) => {
     let range = '?';
     if (!Number.isNaN(width[i])) {
@@ -344,19 +359,27 @@ function payout() {
       const low = values.map((v, j) => j === i ? v - move[j] : v + move[j]);
       const high = values.map((v, j) => j === i ? v + move[j] : v - move[j]);
       const lo = split(low, negative), hi = split(high, negative);
-      range = fmt((lo ? lo[i] : 0) * amount) + ' - ' + fmt((hi ? hi[i] : 0) * amount);
+      range = fmt((lo ? lo[i] : 0) * pot) + ' - ' + fmt((hi ? hi[i] : 0) * pot);
     }
-    const tr = body.insertRow();
-    tr.className = 'payout-row';
-    tr.dataset.participant = r.participant;
-    const link = document.createElement('a');
-    link.href = '#member-' + r.participant; link.textContent = r.participant;
-    tr.insertCell().appendChild(link);
+    const tr = member(r);
     tr.insertCell().textContent = r[key] === null ? '?' : r[key].toFixed(5);
     tr.insertCell().textContent = (100 * shares[i]).toFixed(2) + '%';
-    const cell = tr.insertCell(); cell.className = 'amount'; cell.textContent = fmt(shares[i] * amount);
+    const cell = tr.insertCell(); cell.className = 'amount'; cell.textContent = fmt(shares[i] * pot);
     tr.insertCell().textContent = range;
   });
+  missing.forEach(r => {
+    const tr = member(r);
+    tr.insertCell().textContent = 'not valued (never selected)';
+    tr.insertCell().textContent = '-';
+    const cell = tr.insertCell(); cell.className = 'amount held'; cell.textContent = 'held out';
+    tr.insertCell().textContent = '-';
+  });
+  if (missing.length) {
+    const tr = body.insertRow(); tr.className = 'held-out';
+    const cell = tr.insertCell(); cell.colSpan = 5;
+    cell.textContent = 'held out of the split: ' + fmt(amount - pot) + ' (' + missing.length + ' of '
+      + ranked.length + ' equal parts) for the members never selected';
+  }
 }
 document.getElementById('value').value = PAYOUT.recommended;
 for (const [name, setting] of new URLSearchParams(location.hash.slice(1))) {

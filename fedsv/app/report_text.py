@@ -48,6 +48,19 @@ def _plus_minus(value: float | None, error: float | None, digits: int) -> str:
     return f"{value:.{digits}f} ± {0 if error == 0 else f'{error:.{digits}f}':<{digits + 2}}"
 
 
+def _not_valued(report: dict[str, Any]) -> list[str]:
+    """The members no round selected: they have no value (not a value of 0), and a payout holds their
+    equal parts of the budget out of the split."""
+    missing = report.get("not_valued", [])
+    if not missing:
+        return []
+    return [
+        f"NOT VALUED: {', '.join(missing)} (never selected: no value, not a value of 0; "
+        f"`fedsv payout` holds {'its' if len(missing) == 1 else 'their'} equal part of the budget out "
+        "of the split)"
+    ]
+
+
 def _awaiting(report: dict[str, Any]) -> list[str]:
     """What the table cannot show as known: the rounds still awaiting their values."""
     pending = report.get("pending_rounds", [])
@@ -83,6 +96,7 @@ def format_table(report: dict[str, Any]) -> str:
         *_awaiting(report),
         *([] if verdict is None else [f"{verdict} ({report['verdict']['value']}, errors against a rerun)"]),
         *owner_lines(report),
+        *_not_valued(report),
         "",
         f"{'rank':>5}  {'participant':<{width}} {'group':>5} {'rounds':>6} {'refused':>7} {'samples':>8} "
         f"{'shrunk ± stderr':>20} {'completed ± stderr':>20} {'fedsv ± stderr':>20} "
@@ -97,6 +111,12 @@ def format_table(report: dict[str, Any]) -> str:
             mark += f"  (public in {row['rounds_public']} rounds: nothing beyond the global model's steps)"
         samples = "-" if row["num_samples"] is None else str(row["num_samples"])
         rank = f"{row['rank']:>4}{'~' if row['separated_from_next'] is False else ' '}"
+        if row.get("valued") is False:
+            lines.append(
+                f"{rank}  {row['participant']:<{width}} {'-':>5} {0:>6} {0:>7} {samples:>8} "
+                f"{'not valued (never selected)':>20}{mark}"
+            )
+            continue
         group = "-" if row["group"] is None else str(row["group"])
         loo = "?" if row["loo"] is None else f"{row['loo']:.5f}"
         loo_norm = "?" if row["loo_normalized"] is None else f"{row['loo_normalized']:.4f}"

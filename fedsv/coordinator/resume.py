@@ -38,17 +38,18 @@ def resume(
     metrics: RunMetrics,
     fresh: dict[str, Tensor],
     world: list[str],
+    balanced: bool = False,
 ) -> RunProgress:
     """The progress the ledger holds (a fresh run from `fresh`, w_0, when it holds none), valuing the
-    participants of `world`. Inputs of rounds valued already, or never committed, are pruned;
-    ValueError when a pending round's inputs are lost."""
+    participants of `world` (`balanced`: the run selects by the balanced rule). Inputs of rounds valued
+    already, or never committed, are pruned; ValueError when a pending round's inputs are lost."""
     checkpoint = ledger.last_checkpoint()
     initial = ledger.initial_scores()
     if checkpoint is None:
-        return RunProgress(fresh, accounting=FederatedValuation(world, initial))
+        return RunProgress(fresh, accounting=FederatedValuation(world, initial, balanced))
     records = ledger.rounds()
     accounting = federated_valuation(
-        records, ledger.values(), world, ledger.class_values(), ledger.fold_values(), initial
+        records, ledger.values(), world, ledger.class_values(), ledger.fold_values(), initial, balanced
     )
     metrics.restore(records, accounting.sums(), accounting.sum_errors())
     pending = ledger.pending_rounds()

@@ -20,7 +20,7 @@ from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import evaluate
 from fedsv.fl.ranks import participant_id
 from fedsv.fl.referee import ValidationReferee
-from fedsv.fl.selection import select_ranks, train_seed
+from fedsv.fl.selection import train_seed
 from fedsv.fl.update_guard import GuardedRound, guard_updates
 from fedsv.fl.updates import ClientUpdate
 from fedsv.ledger import TestScore
@@ -61,10 +61,9 @@ class RoundLoop:
             progress.completed,
             progress.accounting,
         )
-        self.rng = np.random.default_rng(run.seed)
+        self.selector = run.selector()
         if progress.rng_state is not None:
-            self.rng.bit_generator.state = progress.rng_state
-        self.schedule = run.schedule()
+            self.selector.rng.bit_generator.state = progress.rng_state
         self.guard = progress.guard
         for pid in self.guard.reputation.quarantined:  # resumed in quarantine
             metrics.participant_quarantined.labels(participant=pid).set(1)
@@ -106,12 +105,12 @@ class RoundLoop:
         return FINISHED
 
     def _open(self, number: int) -> OpenRound:
-        """Select (the seeded draw, or the round's entry of a fixed `selection`), and open the round.
+        """Select (the run's rule, or the round's entry of a fixed `selection`), and open the round.
 
         Only the selected cost work here: a connected participant that is not selected is not looked at
         (its task stream stays parked until it is selected or the run ends)."""
         run = self.run_config
-        ranks = select_ranks(self.rng, run.participants, run.selected_per_round, self.schedule.get(number))
+        ranks = self.selector.ranks(number)
         selected = [participant_id(r) for r in ranks]
         seeds = {participant_id(r): train_seed(run.seed, number, r) for r in ranks}
         opened = OpenRound(
@@ -146,7 +145,7 @@ class RoundLoop:
             return RunEnd(EndKind.ALL_OVER_BOUND, f"every update of round {number} was over the norm bound")
         result = self._step(closed, updates, clock, wire_size(opened.params))
         extra = json.dumps({"guard": self.guard.to_json()})
-        self.committer.commit(result, json.dumps(self.rng.bit_generator.state), extra)
+        self.committer.commit(result, json.dumps(self.selector.rng.bit_generator.state), extra)
         self.valuer.committed(number)
         self.params, self.completed = result.params, number
         return None

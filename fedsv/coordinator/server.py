@@ -36,6 +36,7 @@ from fedsv.pipeline.valuation_worker import ValuationWorker
 from fedsv.pipeline.valuers import BackgroundValuer, InlineValuer, Valuer
 from fedsv.security.certs import read_tokens
 from fedsv.security.tls import server_credentials
+from fedsv.settings.choices import Draw
 from fedsv.settings.run import RunConfig
 from fedsv.settings.run_spec import NO_CORRUPTION, to_run_spec
 from fedsv.valuation.round.initial_spread import measure
@@ -133,7 +134,8 @@ class Coordinator:
         """The run's rounds from where the ledger left them, with the valuation worker and its backlog."""
         store = PendingStore(state_dir / "pending")
         world = [participant_id(rank) for rank in range(run.participants)]
-        progress = resume(self.ledger, store, self.metrics, params_of(inputs.model), world)
+        balanced = run.draw == Draw.BALANCED
+        progress = resume(self.ledger, store, self.metrics, params_of(inputs.model), world, balanced)
         committer = RoundCommitter(
             RoundSink(self.ledger, self.metrics, progress.accounting), self.state.traffic
         )
@@ -197,6 +199,9 @@ class Coordinator:
                 "INSECURE: gRPC is plaintext (--insecure): anyone on the network can read models and "
                 "deltas and act as any participant who knows the credential; use --tls-dir"
             )
+        warning = self.run_config.selection_warning()
+        if warning is not None:
+            logger.warning("selection: %s", warning)
         logger.info(
             "coordinator %s serving gRPC on %s:%d (%s; health %d, metrics %d) for %d participants",
             self.run_id,

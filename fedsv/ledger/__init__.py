@@ -15,7 +15,13 @@ from fedsv.ledger.records import (
     ValueRow,
 )
 from fedsv.ledger.store import LEDGER_FILE, Ledger
-from fedsv.ledger.valuation_view import class_rows, federated_valuation, valuation_summary, value_rows
+from fedsv.ledger.valuation_view import (
+    class_rows,
+    drew_balanced,
+    federated_valuation,
+    valuation_summary,
+    value_rows,
+)
 
 __all__ = [
     "LEDGER_FILE",
@@ -36,6 +42,7 @@ __all__ = [
     "build_round_record",
     "class_rows",
     "decode_params",
+    "drew_balanced",
     "encode_params",
     "federated_valuation",
     "valuation_summary",

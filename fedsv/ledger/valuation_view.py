@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -102,10 +103,11 @@ def federated_valuation(
     classes: Sequence[ClassValueRow] = (),
     folds: Sequence[FoldValueRow] = (),
     initial_scores: Sequence[float] = (),
+    balanced: bool = False,
 ) -> FederatedValuation:
     """The per-round values the ledger holds, back as valuation's accounting (rounds valued "none": none);
     `world`: every participant of the run and `initial_scores` the validation scores of other initial
-    models (FederatedValuation).
+    models, `balanced` whether it selected by the balanced rule (FederatedValuation; drew_balanced).
 
     A value row of a round the ledger has no record of is refused (ValueError): the two tables are
     written in one transaction, so such a row means the file was altered.
@@ -114,7 +116,7 @@ def federated_valuation(
     by_round: dict[int, list[ValueRow]] = {}
     for row in rows:
         by_round.setdefault(row.round, []).append(row)
-    accounting = FederatedValuation(world, initial_scores)
+    accounting = FederatedValuation(world, initial_scores, balanced)
     classes_of: dict[int, list[ClassValueRow]] = {}
     for class_row in classes:
         classes_of.setdefault(class_row.round, []).append(class_row)
@@ -194,3 +196,9 @@ def _by_fold(rows: list[FoldValueRow], participants: list[str]) -> FoldValues | 
         fedsv[index[r.participant], r.fold], loo[index[r.participant], r.fold] = r.fedsv, r.loo
         shares[r.fold] = r.share
     return FoldValues(fedsv, loo, shares)
+
+
+def drew_balanced(config: Mapping[str, Any]) -> bool:
+    """Whether a run's recorded config selected by the balanced rule (a run recorded before the `draw`
+    setting drew each round afresh, and its record has no `draw`)."""
+    return config.get("draw") == "balanced"

@@ -31,6 +31,13 @@ class ModelName(StrEnum):
     RESNET18 = "resnet18"  # ResNet-18 for 32x32 images (fedsv.task.resnet)
 
 
+class Draw(StrEnum):
+    """How each round's members are drawn (fedsv.fl.selection)."""
+
+    BALANCED = "balanced"
+    INDEPENDENT = "independent"
+
+
 class Metric(StrEnum):
     """The utility of the built-in models."""
 

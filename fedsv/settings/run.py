@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from pydantic import model_validator
 
 from fedsv.config.checks import require
@@ -11,11 +12,13 @@ from fedsv.data.corruptions import parse_corruption
 from fedsv.data.shards import Holdout
 from fedsv.fl.aggregation import AggregationRule
 from fedsv.fl.ranks import parse_ranks
+from fedsv.fl.selection import Selector
 from fedsv.fl.update_bounds import NormBound
 from fedsv.fl.update_guard import GuardSettings
 from fedsv.settings.choices import (
     Aggregation,
     Dataset,
+    Draw,
     Metric,
     ModelName,
     NormPolicy,
@@ -24,7 +27,7 @@ from fedsv.settings.choices import (
     ValuationMethod,
 )
 from fedsv.settings.model import ConfigModel
-from fedsv.settings.schema import added_later, declared_default, setting
+from fedsv.settings.schema import added_later, earlier_value, setting
 from fedsv.task.interface import LoadedTask
 from fedsv.task.sources import SimulationSettings, run_task
 from fedsv.valuation import ValuationSpec
@@ -88,6 +91,7 @@ class RunConfig(ConfigModel):
     update_norm_history: int = setting("update_norm_history")
     update_quarantine: bool = setting("update_quarantine")
     corrupt: str = setting("corrupt")
+    draw: Draw = setting("draw")
     selection: str = setting("selection")
 
     @model_validator(mode="after")
@@ -181,6 +185,35 @@ class RunConfig(ConfigModel):
             raise ValueError(f"selection must name every round; missing {missing}")
         return out
 
+    def selector(self) -> Selector:
+        """The run's selections (fedsv.fl.selection): the fixed `selection`, else `draw`'s rule."""
+        rng = np.random.default_rng(self.seed)
+        return Selector(
+            self.seed, self.participants, self.selected_per_round, self.draw == Draw.BALANCED, rng,
+            self.schedule(),
+        )  # fmt: skip
+
+    def selection_warning(self) -> str | None:
+        """A warning before the run where some member may never be selected (it is then "not valued"
+        and its share is held out of the payout); None where every member is selected."""
+        n, k, t = self.participants, self.selected_per_round, self.rounds
+        if self.selection.strip():
+            never = n - len({r for ranks in self.schedule().values() for r in ranks})
+            return f"the fixed selection never selects {never} of {n} members" if never else None
+        if t * k < n:
+            return (
+                f"{t} rounds of {k} select {t * k} times, fewer than the {n} members: "
+                f"{n - t * k} will never be selected and stay not valued"
+            )
+        if self.draw == Draw.INDEPENDENT:
+            missed = 1.0 - (1.0 - (1.0 - k / n) ** t) ** n  # members drawn apart, an approximation
+            if missed > 0.05:
+                return (
+                    f"with independent draws, some member is never selected in about {missed:.0%} "
+                    "of runs (--draw balanced selects every member)"
+                )
+        return None
+
     def load_task(self) -> LoadedTask:
         """The run's task (imported now): --task, or the paper's --model sized for --dataset."""
         return run_task(self.task, self.model, self.dataset, self.metric)
@@ -253,9 +286,9 @@ class RunConfig(ConfigModel):
 
     def to_dict(self) -> dict[str, Any]:
         """The run's record (its ledger's config and its id): every setting, but one added later at its
-        default, which the runs recorded before it ran with (schema.added_later)."""
+        value that stands for the runs recorded before it (schema.earlier_value)."""
         return {
             name: getattr(self, name)
             for name in type(self).model_fields
-            if not (added_later(name) and getattr(self, name) == declared_default(name))
+            if not (added_later(name) and getattr(self, name) == earlier_value(name))
         }

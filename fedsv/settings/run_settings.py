@@ -10,6 +10,7 @@ from fedsv.config.checks import INT32_MAX, MAX_SEED
 from fedsv.settings.choices import (
     Aggregation,
     Dataset,
+    Draw,
     Metric,
     ModelName,
     NormPolicy,
@@ -70,6 +71,14 @@ RUN_SETTINGS: dict[str, Any] = {  # name -> pydantic FieldInfo (Field's type is 
     "epochs": Field(5, description="local epochs", ge=1, le=INT32_MAX),
     "batch_size": Field(10, description="local batch size", ge=1, le=INT32_MAX),
     "lr": Field(0.05, description="local learning rate", gt=0, allow_inf_nan=False),
+    "draw": Field(
+        Draw.BALANCED,
+        description=(
+            "how each round's members are drawn: balanced (seeded blocks of permutations: each member "
+            "selected floor(T*K/N) or ceil(T*K/N) times) or independent (each round afresh, the paper's)"
+        ),
+        json_schema_extra={"later": Draw.INDEPENDENT},  # runs recorded before it drew independently
+    ),
     "selection": Field(
         "", description="fixed per-round selection instead of the seeded draw, e.g. '1=0-4;2=3,7'"
     ),

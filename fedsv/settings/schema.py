@@ -58,10 +58,11 @@ def setting_list(name: str, *, default: str, only: tuple[Enum, ...] = (), note: 
 
 
 def added_later(name: str) -> bool:
-    """Whether setting `name` came after runs were recorded (json_schema_extra "later"): at its default,
-    the behaviour before it, it is left out of a run's record and id, so that those runs resume."""
+    """Whether setting `name` came after runs were recorded (json_schema_extra "later"): at the value
+    that stands for the behaviour before it (earlier_value), it is left out of a run's record and id,
+    so that those runs resume."""
     extra = SCHEMA[name].json_schema_extra
-    return isinstance(extra, dict) and extra.get("later") is True
+    return isinstance(extra, dict) and extra.get("later") not in (None, False)
 
 
 def checked_setting(name: str, value: Any) -> Any:
@@ -75,9 +76,25 @@ def checked_setting(name: str, value: Any) -> Any:
         raise SettingsError(one_line(exc, model)) from None
 
 
+def earlier_value(name: str) -> Any:
+    """The value a setting added later stands for in the runs recorded before it (json_schema_extra
+    "later": True, its default; or the value named there, where the default changed the behaviour)."""
+    extra = SCHEMA[name].json_schema_extra
+    later = extra.get("later") if isinstance(extra, dict) else None
+    return SCHEMA[name].default if later is True else later
+
+
 def declared_default(name: str) -> Any:
     """The default setting `name` is declared with."""
     return SCHEMA[name].default
 
 
-__all__ = ["SCHEMA", "added_later", "checked_setting", "declared_default", "setting", "setting_list"]
+__all__ = [
+    "SCHEMA",
+    "added_later",
+    "checked_setting",
+    "declared_default",
+    "earlier_value",
+    "setting",
+    "setting_list",
+]

@@ -43,10 +43,18 @@ class FederatedValuation:
     each of them in every round. None: the participants selected so far. `initial_scores`: the
     validation scores of other initial models (initial_spread.py), from which a rerun's error takes the
     pot's part; none (not measured) leaves a rerun's error of the FedSV totals unknown once round 1 is in.
+    `balanced`: the run selected by the balanced rule (fedsv.fl.selection), so a rerun's error simulates
+    its selections by that rule; else each round is drawn afresh.
     """
 
-    def __init__(self, world: Sequence[str] | None = None, initial_scores: Sequence[float] = ()) -> None:
+    def __init__(
+        self,
+        world: Sequence[str] | None = None,
+        initial_scores: Sequence[float] = (),
+        balanced: bool = False,
+    ) -> None:
         self._rounds: dict[int, RoundValues] = {}
+        self.balanced = balanced
         self.world = None if world is None else list(world)
         self.initial_scores = list(initial_scores)
         self._completed: tuple[int, Completed, list[str]] | None = None  # (rounds when computed, ...)
@@ -223,8 +231,9 @@ class FederatedValuation:
         # another w_0 moves round 1's gain; rounds after it start from the run's own model
         initial = spread(self.initial_scores) if rounds and rounds[0].round == 1 else 0.0
         return RoundMatrices(
-            ids, fedsv, loo, mask, variance, selected, fedsv_f, loo_f, shares, accepted, initial
-        )
+            ids, fedsv, loo, mask, variance, selected, fedsv_f, loo_f, shares, accepted, initial,
+            self.balanced,
+        )  # fmt: skip
 
     def adopt(self, matrix: RoundMatrix, completed: Completed, errors: Uncertainty | None = None) -> None:
         """Use `completed` (and `errors`), the completion (and the uncertainty) of this accounting's

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from fedsv.fl.selection import balanced_schedule
 from fedsv.fl.state import params_of
 from fedsv.ledger import Ledger
 from fedsv.task.models import build_model
@@ -341,3 +342,8 @@ def test_ledger_survives_kills_at_many_points(
     assert digest["rounds"][:4] == reference_run["rounds"]
     assert [v for v in digest["values"] if v[0] <= 4] == reference_run["values"]
     assert not math.isnan(sum(v[2] for v in digest["values"]))
+    # Balanced selection across 8 kills and restarts: the seed's schedule, 12 x 3 / 4 = 9 rounds each.
+    selected = [list(r[1]) for r in digest["rounds"]]
+    schedule = balanced_schedule(int(str(FAULT_RUN["seed"])), 4, 3, rounds)
+    assert selected == [[PIDS[r] for r in ranks] for ranks in schedule]
+    assert [sum(pid in s for s in selected) for pid in PIDS] == [9, 9, 9, 9]

@@ -158,7 +158,7 @@ def test_the_report_and_the_payout_treat_an_owner_as_one_member(tmp_path: Path) 
     assert "p008" in group and report["verdict"]["members_tested"] == 8
     assert "p004 and p008: valued as one owner" in format_table(report)
     assert "p004 and p008: valued as one owner" in render_page(report)
-    paid = {share.participant: share.amount for share in payout(tmp_path, 1000.0, rule="groups")}
+    paid = {share.participant: share.amount or 0.0 for share in payout(tmp_path, 1000.0, rule="groups")}
     assert paid["p004"] == pytest.approx(paid["p008"])
     others = [pid for pid in group if pid not in ("p004", "p008")]
     assert others, group  # the owner shares its group with other owners

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from fedsv.app.cli import main as fedsv_main
-from fedsv.app.payout import payout, shares
+from fedsv.app.payout import held_out, payout, shares
+from fedsv.app.report import build_report
+from fedsv.app.report_page import render_page
+from fedsv.app.report_text import format_table
 from fedsv.ledger import Checkpoint, Ledger, RoundStatus, ValueRow
 from fedsv.valuation.accounting.verdict import Z95
 from tests.support.records import make_record
@@ -35,7 +38,7 @@ def run_dir(tmp_path: Path, fedsv: list[float], stderr: list[float], pending: bo
 def test_shares_split_the_budget_by_value_and_zero_pays_negatives_nothing(tmp_path: Path) -> None:
     rows = {s.participant: s for s in payout(run_dir(tmp_path, [0.06, 0.02, -0.01], [0.0] * 3), 900.0)}
     assert rows["p000"].amount == pytest.approx(675.0) and rows["p001"].amount == pytest.approx(225.0)
-    assert rows["p002"].amount == 0.0 and sum(s.share for s in rows.values()) == pytest.approx(1.0)
+    assert rows["p002"].amount == 0.0 and sum(s.share or 0.0 for s in rows.values()) == pytest.approx(1.0)
     # one round: a rerun's part of the error cannot be told, so neither can the range
     assert rows["p000"].amount_low is None and rows["p000"].amount_high is None
 
@@ -94,3 +97,30 @@ def test_the_groups_rule_pays_members_that_cannot_be_told_apart_alike(tmp_path: 
     )
     with pytest.raises(ValueError, match="rule must be one of"):
         payout(directory, 900.0, rule="luck")
+
+
+def test_a_member_never_selected_is_not_valued_and_its_part_is_held_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "run"
+    directory.mkdir()
+    with Ledger(directory / "ledger.sqlite") as ledger:  # four members; round 1 selected three
+        ledger.ensure_run("run-pay", {"participants": 4, "rounds": 1})
+        rows = [ValueRow(1, p, v, 0.0, 0.0, 0.0, 0.0) for p, v in zip(PIDS, [0.03, 0.01, 0.0], strict=True)]
+        ledger.commit_round(make_record(1, PIDS, PIDS), rows, [], Checkpoint(1, b"w", "{}"))
+    report = build_report(directory)
+    assert report["not_valued"] == ["p003"]
+    assert all(report["totals"][key]["p003"] is None for key in report["totals"])  # never a certain 0
+    assert "p003" not in [pid for group in report["verdict"]["groups"] for pid in group]
+    assert "NOT VALUED: p003" in format_table(report)
+    assert "not valued (never selected)" in render_page(report)
+    shares_of = {s.participant: s for s in payout(directory, 1000.0, "fedsv")}
+    assert not shares_of["p003"].valued and shares_of["p003"].amount is None
+    # the three valued members split three quarters; the fourth quarter is held out, not given away
+    assert shares_of["p000"].amount == pytest.approx(562.5) and shares_of["p001"].amount == pytest.approx(
+        187.5
+    )
+    assert held_out(list(shares_of.values()), 1000.0) == pytest.approx(250.0)
+    assert fedsv_main(["payout", str(directory), "--amount", "1000", "--value", "fedsv"]) == 0
+    printed = capsys.readouterr().out
+    assert "held out of the split: 250.00 (1 of 4 equal parts) for p003" in printed

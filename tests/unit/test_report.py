@@ -282,5 +282,6 @@ def test_rounds_awaiting_values_show_partial_totals_never_certain_zeros(tmp_path
     assert report["pending_rounds"] == [2]
     assert report["totals"]["fedsv"]["p000"] == pytest.approx(0.03)  # partial: round 1 alone
     assert report["stderr"]["fedsv"]["p000"] is None and report["stderr"]["fedsv_completed"]["p002"] is None
-    assert report["totals"]["fedsv"]["p002"] == 0.0  # never selected: it contributed nothing
+    assert report["totals"]["fedsv"]["p002"] is None  # never selected: not valued, never a certain 0
+    assert report["not_valued"] == ["p002", "p003"]
     assert "PARTIAL: rounds 2 await their values (1 of 2 rounds valued)" in format_table(report)

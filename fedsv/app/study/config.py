@@ -14,6 +14,7 @@ from fedsv.data.corruptions import parse_corruption
 from fedsv.fl.device import resolve_device
 from fedsv.settings.choices import (
     Dataset,
+    Draw,
     Metric,
     ModelName,
     NormPolicy,
@@ -69,6 +70,7 @@ class StudyConfig(ConfigModel):
     participants: int = setting("participants")
     fraction: float = setting("fraction", default=0.25, why="the studies' figures select 5 of 20 each round")
     rounds: int = setting("rounds", default=10, why="the studies' figures are of 10 rounds")
+    draw: Draw = setting("draw", default=Draw.INDEPENDENT, why="the paper draws each round afresh")
     epochs: int = setting("epochs")
     batch_size: int = setting("batch_size")
     lr: float = setting("lr")
@@ -184,6 +186,7 @@ class StudyConfig(ConfigModel):
             participants=self.participants,
             fraction=self.fraction,
             rounds=self.rounds,
+            draw=self.draw,
             seed=seed,
             dataset=self.dataset,
             data_dir=self.data_dir,

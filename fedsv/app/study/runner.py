@@ -24,6 +24,7 @@ from fedsv.ledger import (
     RoundRecord,
     ValueRow,
     decode_params,
+    drew_balanced,
     federated_valuation,
 )
 from fedsv.settings.run import UNGUARDED, RunConfig
@@ -66,7 +67,8 @@ class RunResult:
             folds, run, initial = ledger.fold_values(), ledger.run_config(), ledger.initial_scores()
         count = None if run is None else run[1].get("participants")
         world = [participant_id(r) for r in range(count)] if isinstance(count, int) else None
-        return federated_valuation(self.rounds, self.values, world, (), folds, initial)
+        balanced = run is not None and drew_balanced(run[1])
+        return federated_valuation(self.rounds, self.values, world, (), folds, initial, balanced)
 
     def selection(self) -> dict[int, list[str]]:
         """round -> participant ids selected in it."""

@@ -64,6 +64,7 @@ class RoundMatrices:
     shares: FloatArray
     accepted: BoolArray  # the selected updates that were aggregated (the others are valued 0)
     initial_spread: float = math.nan  # the SD of U(w_0) over initial models (0: round 1 is not here)
+    balanced: bool = False  # the run selected by the balanced rule: a rerun is simulated by it too
 
     @property
     def rounds(self) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsv.fl.selection import balanced_schedule
 from fedsv.valuation.accounting.completion import (
     CANDIDATES,
     Model,
@@ -159,15 +160,25 @@ def replicates(
     count: int,
     seed: int,
     initial: float = 0.0,  # the SD of the first round's gain over initial models
+    balanced: bool = False,  # the run drew by the balanced rule (fedsv.fl.selection)
 ) -> list[Replicate]:
-    """Simulated reruns: each round selects m_t of the N members afresh, each selected update is
-    aggregated as often as the member's were."""
+    """Simulated reruns: each round selects m_t of the N members as the run's rule does (balanced: a
+    schedule from another seed; independent: afresh), each selected update is aggregated as often as
+    the member's were."""
     rounds, members = noise.center.shape
     rng = np.random.default_rng(seed)
+    # the balanced rule selects the same K every round; a run that selected otherwise is drawn afresh
+    scheduled = balanced and len(set(selected)) == 1 and 0 < selected[0] < members
     out = []
     for _ in range(count):
-        order = rng.random((rounds, members)).argsort(axis=1).argsort(axis=1)
-        mask = order < np.asarray(selected)[:, None]
+        if scheduled:
+            mask = np.zeros((rounds, members), dtype=np.bool_)
+            plan = balanced_schedule(int(rng.integers(2**31)), members, selected[0], rounds)
+            for t, ranks in enumerate(plan):
+                mask[t, ranks] = True
+        else:
+            order = rng.random((rounds, members)).argsort(axis=1).argsort(axis=1)
+            mask = order < np.asarray(selected)[:, None]
         accepted = mask & (rng.random((rounds, members)) < rate[None, :])
         values = noise.draw(rng)
         values[0] -= initial * rng.standard_normal() / max(selected[0], 1)
@@ -236,7 +247,7 @@ def rerun_part(matrices: RoundMatrices, model: Model | None, count: int, seed: i
     if fedsv is not None:
         initial = matrices.initial_spread
         draws = [
-            replicates(fedsv, matrices.selected, rate, folds, count, seed, spread_)
+            replicates(fedsv, matrices.selected, rate, folds, count, seed, spread_, matrices.balanced)
             for spread_ in (0.0, np.nan_to_num(initial))
         ]
         fixed, moved = (simulate(d, matrices.selected, model, True, seed) for d in draws)
@@ -252,7 +263,7 @@ def rerun_part(matrices: RoundMatrices, model: Model | None, count: int, seed: i
     loo = training_noise(matrices.loo, accepted, zeros, loo_folds, model_of_noise, seed)
     loo_names = {"loo": "sum", "loo_normalized": "normalized"}
     if loo is not None:
-        loo_draws = replicates(loo, matrices.selected, rate, 0, count, seed)
+        loo_draws = replicates(loo, matrices.selected, rate, 0, count, seed, 0.0, matrices.balanced)
         found = simulate(loo_draws, matrices.selected, model, False, seed)
         out |= {"loo": spread(found["sum"]), "loo_normalized": spread(found["normalized"])}
         relative |= {key: spread(centered(found[name], members)) for key, name in loo_names.items()}
@@ -274,5 +285,5 @@ def sum_rerun(
     if noise is None:
         return np.full(values.shape[1], math.nan)
     rate = acceptance(matrices.mask, accepted)
-    draws = replicates(noise, matrices.selected, rate, 0, count, seed)
+    draws = replicates(noise, matrices.selected, rate, 0, count, seed, 0.0, matrices.balanced)
     return spread(simulate(draws, matrices.selected, None, False, seed)["sum"])
