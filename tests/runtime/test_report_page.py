@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from fedsv.app.payout import payout
+from fedsv.app.report import build_report
 from fedsv.app.report_page import SECTIONS, render_page
+from fedsv.ledger import Checkpoint, Ledger, ValueRow
 from tests.support.processes import need_tool
+from tests.support.records import make_record
 from tests.support.report_pages import made_up_report
 from tests.support.runtime import launch
 
@@ -120,3 +123,24 @@ def test_hostile_participant_names_are_shown_as_text(tmp_path: Path) -> None:
     assert 'data-rendered="yes"' in dom and "pwned" not in dom.replace("dataset.pwned", "")
     assert not _script_errors(log), _script_errors(log)
     assert "<b>bold</b>" not in dom and "&lt;b&gt;bold&lt;/b&gt;" in dom
+
+
+def test_a_member_never_selected_is_held_out_of_the_pages_payout(tmp_path: Path) -> None:
+    """Four members, three selected: the page pays the three as `fedsv payout` does (three quarters of
+    the budget) and shows the fourth as not valued, its quarter held out."""
+    chromium = need_tool("chromium", "apt-get install chromium")
+    directory = tmp_path / "run"
+    directory.mkdir()
+    pids = ["p000", "p001", "p002"]
+    with Ledger(directory / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-held", {"participants": 4, "rounds": 1})
+        rows = [ValueRow(1, p, v, 0.0, 0.0, 0.0, 0.0) for p, v in zip(pids, [0.03, 0.01, 0.0], strict=True)]
+        ledger.commit_round(make_record(1, pids, pids), rows, [], Checkpoint(1, b"w", "{}"))
+    page = tmp_path / "report.html"
+    page.write_text(render_page(build_report(directory)))
+    dom, log = _browse(page, chromium, settings="#amount=1000&value=fedsv")
+    assert 'data-rendered="yes"' in dom and not _script_errors(log), log[-3000:]
+    shown = dict(re.findall(r'data-participant="([^"]+)".*?class="amount">([^<]+)<', dom))
+    paid = payout(directory, 1000.0, "fedsv")
+    assert {row.participant: f"{row.amount:,.2f}" for row in paid if row.valued} == shown
+    assert 'class="amount held">held out<' in dom and "held out of the split: 250.00 (1 of 4" in dom
