@@ -34,6 +34,9 @@ resample), and the default is 32 reruns per federation (about 20 minutes of trai
 `--out` keeps them).
 
     python benchmarks/bench_calibration.py --seeds 32 --rounds 10 --out runs/calibration
+    python benchmarks/bench_calibration.py --seeds 32 --rounds 10 --out runs/calibration --draw independent
+
+Selection is balanced (the default) unless `--draw independent`, the paper's draw.
 """
 
 from __future__ import annotations
@@ -68,19 +71,22 @@ LAMBDAS = np.linspace(0.0, 1.0, 21)
 """The pulls the share target's bound tries (1: the completed totals themselves)."""
 
 
-def rerun(federation: Federation, work: Path, seed: int, rounds: int) -> FederatedValuation:
-    """One rerun's accounting; the round values of one left in `work` by an earlier call are read back
-    into a fresh accounting (so a change to how totals and errors are taken is measured without
-    training again)."""
-    kept = work / f"{federation.name}-run{seed}.pkl"
+def rerun(
+    federation: Federation, work: Path, seed: int, rounds: int, draw: str = "balanced"
+) -> FederatedValuation:
+    """One rerun's accounting, its members selected by `draw`'s rule; the round values of one left in
+    `work` by an earlier call are read back into a fresh accounting (so a change to how totals and
+    errors are taken is measured without training again)."""
+    rule = "" if draw == "independent" else f"-{draw}"  # kept independent reruns predate the setting
+    kept = work / f"{federation.name}{rule}-run{seed}.pkl"
     if not kept.exists():
-        settings = {**federation.rerun(work, seed), "rounds": rounds, "valuation": "exact"}
+        settings = {**federation.rerun(work, seed), "rounds": rounds, "valuation": "exact", "draw": draw}
         done = run_demo(DemoConfig(**settings)).valuation
         with kept.open("wb") as f:
             pickle.dump((done.world, done.initial_scores, done.per_round()), f)
     with kept.open("rb") as f:
         world, initial, per_round = pickle.load(f)
-    valuation = FederatedValuation(world, initial)
+    valuation = FederatedValuation(world, initial, balanced=draw == "balanced")
     for values in per_round:
         vars(values).setdefault("merged", [])  # kept before RoundValues had it: nothing was merged
         vars(values).setdefault("public", [])  # kept before RoundValues had it: nothing was public
@@ -277,15 +283,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--federations", default=",".join(BUILDERS), help="comma-separated names")
     parser.add_argument("--out", default="", help="keep the reruns here (and reuse those already there)")
+    parser.add_argument("--draw", default="balanced", choices=["balanced", "independent"], help="selection")
     args = parser.parse_args()
-    print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}; "
+        f"draw {args.draw}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.out or tmp)
         work.mkdir(parents=True, exist_ok=True)
         for name in args.federations.split(","):
             federation = BUILDERS[name](work)
             started = time.perf_counter()
-            runs = [rerun(federation, work, seed, args.rounds) for seed in range(args.seeds)]
+            runs = [rerun(federation, work, seed, args.rounds, args.draw) for seed in range(args.seeds)]
             found = measures(federation, runs)
             ref = bound(runs)
             seconds = time.perf_counter() - started
