@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsv.app.report_owners import lookalikes, round_alike
+from fedsv.app.report_verdict import verdict_entry
 from fedsv.app.run_dirs import resolve_run
 from fedsv.fl.ranks import participant_id
 from fedsv.ledger import (
@@ -22,7 +23,7 @@ from fedsv.ledger import (
 )
 from fedsv.settings.run import RunConfig
 from fedsv.valuation.accounting.rounds import TOTAL_KEYS
-from fedsv.valuation.accounting.verdict import differ, owners_verdict
+from fedsv.valuation.accounting.verdict import differ
 from fedsv.valuation.errors.valuation_noise import COMPONENTS
 
 RECOMMENDED = "fedsv_shrunk"
@@ -170,7 +171,14 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         "not_valued": not_valued,
         "owners": owners,
         "lookalikes": lookalikes(rounds),  # members valued apart whose updates looked like copies
-        "verdict": _verdict(values.totals[VERDICT_VALUE], values.between[VERDICT_VALUE], owners),
+        "verdict": verdict_entry(
+            values.totals[VERDICT_VALUE],
+            values.between[VERDICT_VALUE],
+            owners,
+            values.totals[RECOMMENDED],
+            VERDICT_VALUE,
+            RECOMMENDED,
+        ),
         "completion": None
         if completion is None
         else {
@@ -253,20 +261,6 @@ def _values(valuation: Any, records: list[RoundRecord], not_valued: list[str]) -
         for column in table.values():
             column.update(dict.fromkeys(set(not_valued) & set(column)))
     return found
-
-
-def _verdict(values: dict[str, Any], errors: dict[str, Any], owners: list[list[str]]) -> dict[str, Any]:
-    """The verdict on the members' values, an owner of several participants tested as one member."""
-    known = {pid: v for pid, v in values.items() if v is not None}
-    result = owners_verdict(known, {pid: errors.get(pid) for pid in known}, owners)
-    return {
-        "value": VERDICT_VALUE,
-        "line": result.line(),
-        "p_value": _num(result.p_value),
-        "members_tested": result.members,
-        "distinguishes": result.distinguishes,
-        "groups": result.groups,
-    }
 
 
 def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
