@@ -18,6 +18,9 @@ VALUES = ("fedsv_shrunk", "fedsv_completed", "fedsv", "fedsv_normalized", "loo")
 NEGATIVE = ("zero", "shift")
 """How a negative value is paid: `zero`, nothing (the others share the budget by their positive
 values); `shift`, every value less the lowest, so the lowest gets nothing and all keep their gaps."""
+FALLBACK = "fedsv"
+"""What a payout by the recommended value splits by where that pays nobody though the model improved:
+FedSV's round values add up to the rounds' gains, so some member holds a positive total."""
 RULES = ("value", "groups")
 """`value`: each member by its own value; `groups`: members the verdict cannot tell apart (one group of
 report.ranked_rows) are paid alike, by their group's mean value."""
@@ -39,6 +42,7 @@ class Share:
     amount_low: float | None
     amount_high: float | None
     valued: bool = True
+    paid_by: str = ""  # the value the split went by (FALLBACK where the one asked for paid nobody)
 
 
 def _weights(values: list[float], negative: str) -> list[float]:
@@ -95,7 +99,8 @@ def payout(
     contributed nothing); ValueError when the run is not fully valued, a setting is unknown or nothing
     is left to pay by. `rule` "groups" pays members that cannot be told apart alike. A member never
     selected has no value: the valued members split amount x (valued / members), and its equal part
-    is held out (held_out)."""
+    is held out (held_out). Where the recommended value pays nobody though the model improved, the
+    split goes by FALLBACK (each Share's `paid_by` says which value it went by)."""
     if rule not in RULES:
         raise ValueError(f"rule must be one of {list(RULES)}, got {rule!r}")
     if value not in VALUES:
@@ -104,22 +109,32 @@ def payout(
         raise ValueError(f"negative must be one of {list(NEGATIVE)}, got {negative!r}")
     if not (math.isfinite(amount) and amount > 0):
         raise ValueError(f"amount must be a positive number, got {amount!r}")
-    report = build_report(run_dir)
+    return payout_of(build_report(run_dir), amount, value, negative, rule)
+
+
+def payout_of(
+    report: dict[str, Any],
+    amount: float,
+    value: str = RECOMMENDED,
+    negative: str = "zero",
+    rule: str = "value",
+) -> list[Share]:
+    """payout() of a run's report (report.build_report), its settings checked already."""
     _require_valued(report)
     ranked = ranked_rows(report)
     rows = [row for row in ranked if row.get("valued", True)]
     if not rows:
         raise ValueError("no participant was selected in any round: nothing to pay by")
     pot = amount * len(rows) / len(ranked)
+    values = _split_values(rows, value, rule)
+    if value == RECOMMENDED and not sum(_weights(values, negative)) > 0 and improved(report):
+        value = FALLBACK  # the recommended value pays nobody though the model improved
+        values = _split_values(rows, value, rule)
     error_key = f"{value}_stderr"
-    values = [float(row[value] or 0.0) for row in rows]
     errors = [row.get(error_key) for row in rows]
     # a share moves with a member's value against the others': what moves every member alike (another
     # initial model, a round's level) does not move the shares, so the ranges leave it out
     between = [row.get(f"{error_key}_between", row.get(error_key)) for row in rows]
-    group = [row["group"] for row in rows]
-    if rule == "groups":
-        values = _group_means(values, group, [row.get("owner") or [row["participant"]] for row in rows])
     out = []
     for row, error, (share, paid, low, high) in zip(
         rows, errors, shares(values, between, pot, negative), strict=True
@@ -134,6 +149,7 @@ def payout(
                 paid,
                 _none(low),
                 _none(high),
+                paid_by=value,
             )
         )
     missing = [row["participant"] for row in ranked if not row.get("valued", True)]
@@ -144,6 +160,25 @@ def payout(
 def held_out(rows: list[Share], amount: float) -> float:
     """The part of `amount` held out of the split for the members not valued (each its equal part)."""
     return amount * sum(not row.valued for row in rows) / max(len(rows), 1)
+
+
+def _split_values(rows: list[dict[str, Any]], value: str, rule: str) -> list[float]:
+    """What each valued row is paid by: its `value` total, or under rule "groups" its group's mean."""
+    values = [float(row[value] or 0.0) for row in rows]
+    if rule != "groups":
+        return values
+    owners = [row.get("owner") or [row["participant"]] for row in rows]
+    return _group_means(values, [row["group"] for row in rows], owners)
+
+
+def improved(report: dict[str, Any]) -> bool:
+    """Whether the run's model ended better on the validation set than it started."""
+    scored = [
+        e
+        for e in report["rounds"]
+        if e.get("utility_before") is not None and e.get("utility_after") is not None
+    ]
+    return bool(scored) and scored[-1]["utility_after"] > scored[0]["utility_before"]
 
 
 def _group_means(values: list[float], groups: list[int | None], owners: list[list[str]]) -> list[float]:
@@ -187,7 +222,18 @@ def write_csv(path: Path, rows: list[Share]) -> None:
 
 def format_payout(rows: list[Share], amount: float, value: str, negative: str, rule: str = "value") -> str:
     by = "members that cannot be told apart paid alike" if rule == "groups" else "each by its own value"
+    used = next((row.paid_by for row in rows if row.valued and row.paid_by), value)
+    note = (
+        [
+            f"{value} pays nobody (no value above 0) though the model improved: paid by {used}, whose "
+            "round values add up to the rounds' gains",
+        ]
+        if used != value
+        else []
+    )
+    value = used
     lines = [
+        *note,
         f"payout of {amount:,.2f} by {value}, {by} (negative values: {negative}); "
         "range: the 95% intervals' ends (errors against the other members' values)",
         "",

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from fedsv.app.payout import NEGATIVE, RULES, VALUES
+from fedsv.app.payout import FALLBACK, NEGATIVE, RULES, VALUES, improved
 from fedsv.app.report import RECOMMENDED, ranked_rows
 from fedsv.app.report_owners import owner_lines
 from fedsv.valuation.accounting.verdict import Z95
@@ -240,6 +240,8 @@ def render_page(report: dict[str, Any]) -> str:
         figures["fig-labels"] = _figure(labels)
     payout = {
         "recommended": report.get("recommended", RECOMMENDED),
+        "fallback": FALLBACK,
+        "improved": improved(report),
         "z95": Z95,
         "rows": [
             {
@@ -323,18 +325,27 @@ function payout() {
   const rows = ranked.filter(r => r.valued);  // a member never selected has no value: held out
   const missing = ranked.filter(r => !r.valued);
   const pot = ranked.length ? amount * rows.length / ranked.length : 0;
-  let values = rows.map(r => r[key] === null ? 0 : r[key]);
-  if (rule === 'groups') {  // members that cannot be told apart: paid by their group's mean over owners
-    const sums = {}, counts = {};  // an owner of several participants counts once, each its equal part
-    rows.forEach((r, i) => {
-      if (r.group === null) return;
-      sums[r.group] = (sums[r.group] || 0) + values[i];
-      counts[r.group] = (counts[r.group] || 0) + 1 / r.owner_size;
-    });
-    values = values.map((v, i) => rows[i].group === null ? v
-      : sums[rows[i].group] / counts[rows[i].group] / rows[i].owner_size);
+  const by = (name) => {
+    let values = rows.map(r => r[name] === null ? 0 : r[name]);
+    if (rule === 'groups') {  // members that cannot be told apart: paid by their group's mean over owners
+      const sums = {}, counts = {};  // an owner of several participants counts once, each its equal part
+      rows.forEach((r, i) => {
+        if (r.group === null) return;
+        sums[r.group] = (sums[r.group] || 0) + values[i];
+        counts[r.group] = (counts[r.group] || 0) + 1 / r.owner_size;
+      });
+      values = values.map((v, i) => rows[i].group === null ? v
+        : sums[rows[i].group] / counts[rows[i].group] / rows[i].owner_size);
+    }
+    return values;
+  };
+  let used = key;
+  let values = by(used);
+  if (used === PAYOUT.recommended && PAYOUT.improved && rows.length && split(values, negative) === null) {
+    used = PAYOUT.fallback;  // the recommended value pays nobody though the model improved
+    values = by(used);
   }
-  const width = rows.map(r => r[key + '_error'] === null ? NaN : PAYOUT.z95 * r[key + '_error']);
+  const width = rows.map(r => r[used + '_error'] === null ? NaN : PAYOUT.z95 * r[used + '_error']);
   const shares = rows.length ? split(values, negative) : null;
   const body = document.querySelector('#payout-table tbody');
   body.textContent = '';
@@ -362,7 +373,7 @@ function payout() {
       range = fmt((lo ? lo[i] : 0) * pot) + ' - ' + fmt((hi ? hi[i] : 0) * pot);
     }
     const tr = member(r);
-    tr.insertCell().textContent = r[key] === null ? '?' : r[key].toFixed(5);
+    tr.insertCell().textContent = r[used] === null ? '?' : r[used].toFixed(5);
     tr.insertCell().textContent = (100 * shares[i]).toFixed(2) + '%';
     const cell = tr.insertCell(); cell.className = 'amount'; cell.textContent = fmt(shares[i] * pot);
     tr.insertCell().textContent = range;
@@ -374,6 +385,11 @@ function payout() {
     const cell = tr.insertCell(); cell.className = 'amount held'; cell.textContent = 'held out';
     tr.insertCell().textContent = '-';
   });
+  if (used !== key) {
+    const tr = body.insertRow(); tr.className = 'fallback';
+    const cell = tr.insertCell(); cell.colSpan = 5;
+    cell.textContent = key + ' pays nobody (no value above 0) though the model improved: paid by ' + used;
+  }
   if (missing.length) {
     const tr = body.insertRow(); tr.className = 'held-out';
     const cell = tr.insertCell(); cell.colSpan = 5;

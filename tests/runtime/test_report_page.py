@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsv.app.payout import payout
+from fedsv.app.payout import payout, payout_of
 from fedsv.app.report import build_report
 from fedsv.app.report_page import SECTIONS, render_page
 from fedsv.ledger import Checkpoint, Ledger, ValueRow
@@ -144,3 +144,27 @@ def test_a_member_never_selected_is_held_out_of_the_pages_payout(tmp_path: Path)
     paid = payout(directory, 1000.0, "fedsv")
     assert {row.participant: f"{row.amount:,.2f}" for row in paid if row.valued} == shown
     assert 'class="amount held">held out<' in dom and "held out of the split: 250.00 (1 of 4" in dom
+
+
+def test_the_pages_payout_falls_back_to_fedsv_as_fedsv_payout_does(tmp_path: Path) -> None:
+    """Every recommended value at or below 0 in a run whose model improved: the page pays by FedSV, as
+    `fedsv payout` does, and says so."""
+    chromium = need_tool("chromium", "apt-get install chromium")
+    directory = tmp_path / "run"
+    directory.mkdir()
+    pids = ["p000", "p001", "p002"]
+    with Ledger(directory / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-fallback", {"participants": 3, "rounds": 1})
+        record = make_record(1, pids, pids)
+        record = type(record)(**{**record.__dict__, "utility_before": 0.5, "utility_after": 0.9})
+        rows = [ValueRow(1, p, v, 0.0, 0.0, 0.0, 0.0) for p, v in zip(pids, [0.03, 0.01, -0.01], strict=True)]
+        ledger.commit_round(record, rows, [], Checkpoint(1, b"w", "{}"))
+    report = build_report(directory)
+    report["totals"]["fedsv_shrunk"] = dict.fromkeys(pids, -0.001)
+    page = tmp_path / "report.html"
+    page.write_text(render_page(report))
+    dom, log = _browse(page, chromium, settings="#amount=900")
+    assert 'data-rendered="yes"' in dom and not _script_errors(log), log[-3000:]
+    shown = dict(re.findall(r'data-participant="([^"]+)".*?class="amount">([^<]+)<', dom))
+    assert shown == {row.participant: f"{row.amount:,.2f}" for row in payout_of(report, 900.0)}
+    assert shown["p000"] == "675.00" and "pays nobody (no value above 0) though the model improved" in dom

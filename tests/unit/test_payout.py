@@ -5,11 +5,12 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fedsv.app.cli import main as fedsv_main
-from fedsv.app.payout import held_out, payout, shares
+from fedsv.app.payout import format_payout, held_out, payout, payout_of, shares
 from fedsv.app.report import build_report
 from fedsv.app.report_page import render_page
 from fedsv.app.report_text import format_table
@@ -124,3 +125,40 @@ def test_a_member_never_selected_is_not_valued_and_its_part_is_held_out(
     assert fedsv_main(["payout", str(directory), "--amount", "1000", "--value", "fedsv"]) == 0
     printed = capsys.readouterr().out
     assert "held out of the split: 250.00 (1 of 4 equal parts) for p003" in printed
+
+
+def _improved_run(tmp_path: Path, after: float) -> dict[str, Any]:
+    """A one-round run of three members whose model went from 0.5 to `after`, every recommended value
+    set at or below 0 (as a pooled value of an improving run came out in issue 71) and FedSV's as the
+    round gave them."""
+    directory = tmp_path / "run"
+    directory.mkdir()
+    with Ledger(directory / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-pay", {"participants": 3, "rounds": 1})
+        record = make_record(1, PIDS, PIDS)
+        record = type(record)(**{**record.__dict__, "utility_before": 0.5, "utility_after": after})
+        rows = [ValueRow(1, p, v, 0.0, 0.0, 0.0, 0.0) for p, v in zip(PIDS, [0.03, 0.01, -0.01], strict=True)]
+        ledger.commit_round(record, rows, [], Checkpoint(1, b"w", "{}"))
+    report = build_report(directory)
+    for key in ("fedsv_shrunk", "fedsv_completed"):
+        report["totals"][key] = dict.fromkeys(PIDS, -0.001)
+    return report
+
+
+def test_a_recommended_value_that_pays_nobody_falls_back_to_fedsv_where_the_model_improved(
+    tmp_path: Path,
+) -> None:
+    report = _improved_run(tmp_path, after=0.9)
+    rows = payout_of(report, 900.0)
+    assert {row.paid_by for row in rows} == {"fedsv"}
+    assert [row.amount for row in rows] == pytest.approx([675.0, 225.0, 0.0])  # FedSV's 0.03 : 0.01 : 0
+    assert "fedsv_shrunk pays nobody (no value above 0) though the model improved: paid by fedsv" in (
+        format_payout(rows, 900.0, "fedsv_shrunk", "zero")
+    )
+    with pytest.raises(ValueError, match="no participant has a value to pay by"):
+        payout_of(report, 900.0, "fedsv_completed")  # a value asked for by name is not replaced
+
+
+def test_every_value_at_or_below_zero_in_a_run_that_did_not_improve_pays_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no participant has a value to pay by"):
+        payout_of(_improved_run(tmp_path, after=0.4), 900.0)
