@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
-from fedsv.valuation.accounting.verdict import column_groups, verdict
+from fedsv.valuation.accounting.verdict import column_groups, differ, verdict
 
 
 def test_equal_members_with_noisy_values_are_not_told_apart() -> None:
@@ -87,3 +88,26 @@ def test_groups_of_many_draws_at_once_are_the_verdicts_own() -> None:
     exact[3] = 0.0  # an exact value: verdict()'s own rule
     assert column_groups(ids, draws[:20], exact) == [expected(row, exact) for row in draws[:20]]
     assert column_groups(ids[:1], draws[:3, :1], errors[:1]) == [None] * 3
+
+
+def test_an_exact_value_is_the_level_the_others_are_tested_against() -> None:
+    """Error 0: equal values are not a difference, however many members are exact; the others are
+    tested against the exact value (one degree of freedom each); two exact values that differ are."""
+    same = verdict({"a": 0.3, "b": 0.3, "c": 0.3}, {"a": 0.0, "b": 0.01, "c": 0.02})
+    assert not same.distinguishes and same.p_value == 1.0 and "do NOT tell" in same.line()
+    near = verdict({"a": 0.3, "b": 0.31}, {"a": 0.0, "b": 0.01})  # one error away: chi-square(1) = 1
+    assert near.p_value == pytest.approx(0.3173, abs=1e-4) and not near.distinguishes
+    far = verdict({"a": 0.3, "b": 0.5}, {"a": 0.0, "b": 0.01})
+    assert far.distinguishes and far.groups == [["b"], ["a"]]
+    assert verdict({"a": 0.3, "b": 0.3}, {"a": 0.0, "b": 0.0}).p_value == 1.0
+    assert verdict({"a": 0.3, "b": 0.4}, {"a": 0.0, "b": 0.0}).p_value == 0.0
+
+
+def test_two_values_differ_beyond_1_96_combined_standard_errors() -> None:
+    """The 95% line: errors 0.3 and 0.4 combine to 0.5, so values 0.97 apart do not differ and 0.99
+    apart do (Z95 = 1.96 pinned between 1.94 and 1.98)."""
+    assert differ(0.0, 0.3, 0.97, 0.4) is False
+    assert differ(0.0, 0.3, 0.99, 0.4) is True
+    assert differ(0.0, math.inf, 5.0, 0.1) is None
+    grouped = verdict({"a": 2.0, "b": 1.03, "c": 1.01, "d": 0.0}, {"a": 0.3, "b": 0.4, "c": 0.4, "d": 0.3})
+    assert grouped.distinguishes and grouped.groups == [["a", "b"], ["c"], ["d"]]

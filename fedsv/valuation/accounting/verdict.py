@@ -65,7 +65,10 @@ def differ(a: float, a_error: float, b: float, b_error: float) -> bool | None:
 
 def verdict(values: Mapping[str, float], errors: Mapping[str, float | None]) -> Verdict:
     """The verdict on `values` (participant -> value) with their standard errors (None or NaN: unknown).
-    A member whose error is unknown is left out of the test and forms a group of its own."""
+    A member whose error is unknown is left out of the test and forms a group of its own. A member
+    whose error is 0 is exact: two exact values that differ are a difference; else the others are
+    tested against the exact value (chi-square with one degree of freedom per member with an error).
+    """
     known: dict[str, tuple[float, float]] = {}
     for pid, value in values.items():
         error = errors.get(pid)
@@ -74,9 +77,15 @@ def verdict(values: Mapping[str, float], errors: Mapping[str, float | None]) -> 
     statistic, p_value = math.nan, math.nan
     exact = [p for p, (_, e) in known.items() if e == 0]
     if len(known) >= 2:
-        if exact:  # an error of 0: any difference is real unless the values are equal
-            distinct = len({known[p][0] for p in exact}) > 1 or len(exact) < len(known)
-            statistic, p_value = (math.inf, 0.0) if distinct else (0.0, 1.0)
+        if exact:  # an error of 0: the exact values are the level the others are tested against
+            levels = {known[p][0] for p in exact}
+            noisy = [(v, e) for p, (v, e) in known.items() if e > 0]
+            if len(levels) > 1:  # two exact values that differ: a real difference
+                statistic, p_value = math.inf, 0.0
+            else:
+                level = levels.pop()
+                statistic = sum(((v - level) / e) ** 2 for v, e in noisy)
+                p_value = float(chi2.sf(statistic, len(noisy))) if noisy else 1.0
         else:
             weights = {p: 1.0 / e**2 for p, (_, e) in known.items()}
             mean = sum(weights[p] * v for p, (v, _) in known.items()) / sum(weights.values())
