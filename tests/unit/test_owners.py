@@ -17,6 +17,7 @@ from fedsv.ledger.valuation_view import class_rows, federated_valuation, value_r
 from fedsv.valuation import FederatedValuation, RoundValues
 from fedsv.valuation.accounting.by_class import FoldValues
 from fedsv.valuation.accounting.owners import Owners
+from fedsv.valuation.accounting.round_matrices import RoundMatrices
 from fedsv.valuation.accounting.verdict import owners_verdict, verdict
 from tests.support.records import make_record
 
@@ -137,8 +138,10 @@ def test_the_verdict_and_the_group_payout_count_an_owner_once() -> None:
     found = owners_verdict(values, errors, owner)
     assert found.members == 3 and found.groups == [["p001", "p004", "p008"], ["p002"]]
     assert verdict(values, errors).groups[0] == ["p001"]  # identity by identity, the halves look small
-    paid = _group_means([1.0, 0.5, 0.5, 0.2], [1, 1, 1, 2], [["p001"], *owner * 2, ["p002"]])
-    assert paid == [1.0, 0.5, 0.5, 0.2]
+    # the group's mean over owners: p001's 1.2 and the owner's 0.4 + 0.4 average 1.0; the owner's half
+    # each (its input unchanged would pay 1.2 and 0.4; a mean over identities, 0.667 each)
+    paid = _group_means([1.2, 0.4, 0.4, 0.2], [1, 1, 1, 2], [["p001"], *owner * 2, ["p002"]])
+    assert paid == pytest.approx([1.0, 0.5, 0.5, 0.2])
 
 
 def test_the_report_and_the_payout_treat_an_owner_as_one_member(tmp_path: Path) -> None:
@@ -164,3 +167,27 @@ def test_the_report_and_the_payout_treat_an_owner_as_one_member(tmp_path: Path) 
     assert others, group  # the owner shares its group with other owners
     for pid in others:  # every owner of the group paid alike: the owner's two identities together
         assert paid["p004"] + paid["p008"] == pytest.approx(paid[pid], rel=1e-9)
+
+
+def test_an_owners_estimator_errors_add_as_fully_correlated() -> None:
+    """Sampled values: an owner of two identities with estimator errors 0.01 and 0.02 in a round holds
+    0.03 (its identities' shares of one player's value move together), not the independent 0.022 and
+    not 0; an owner of one identity keeps its own."""
+    ids = ["p000", "p001", "p002"]
+    shape = (2, 3)
+    matrices = RoundMatrices(
+        ids=ids,
+        fedsv=np.array([[0.1, 0.2, 0.3], [0.0, 0.1, 0.2]]),
+        loo=np.zeros(shape),
+        mask=np.ones(shape, dtype=bool),
+        estimator_variance=np.array([[1e-4, 4e-4, 9e-4], [0.0, 4e-4, 1e-4]]),
+        selected=[3, 3],
+        fedsv_folds=np.full((*shape, 1), np.nan),
+        loo_folds=np.full((*shape, 1), np.nan),
+        shares=np.ones(1),
+        accepted=np.ones(shape, dtype=bool),
+    )
+    pooled = Owners.linked(ids, [["p000", "p001"]]).pool(matrices)
+    assert pooled.ids == ["p000", "p002"] and pooled.selected == [2, 2]
+    assert pooled.fedsv == pytest.approx(np.array([[0.3, 0.3], [0.1, 0.2]]))
+    assert np.sqrt(pooled.estimator_variance) == pytest.approx(np.array([[0.03, 0.03], [0.02, 0.01]]))

@@ -90,6 +90,8 @@ class Owners:
             shares=matrices.shares,
             accepted=self._any(matrices.accepted),
             initial_spread=matrices.initial_spread,
+            # an owner of several identities is selected more often than the balanced rule selects one
+            # member, so its reruns are drawn afresh (balanced left False)
         )
 
     def pool_values(self, values: FloatArray) -> FloatArray:
