@@ -44,8 +44,9 @@ def test_a_valued_round_and_a_pending_one_reach_the_ledger_and_the_metrics(tmp_p
 
 
 def test_without_a_ledger_a_round_reaches_the_metrics_and_with_one_it_needs_its_checkpoint(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # a file the sink wrote without a ledger, by any relative path, lands here
     registry = CollectorRegistry()
     accounting = FederatedValuation(["p000", "p001", "p002"])
     record = make_record(1)
@@ -55,7 +56,7 @@ def test_without_a_ledger_a_round_reaches_the_metrics_and_with_one_it_needs_its_
     RoundSink(None, RunMetrics(registry), accounting).commit(record, values, [], None, [])  # no checkpoint
     assert registry.get_sample_value("fedsv_rounds_completed_total") == 1
     assert registry.get_sample_value("fedsv_participant_fedsv", {"participant": "p000"}) == 0.03
-    assert not list(tmp_path.iterdir())  # nothing written anywhere
+    assert not list(tmp_path.iterdir())  # nothing written in the working directory
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         ledger.ensure_run("run-1", CONFIG)
         with pytest.raises(ValueError, match="needs the round's checkpoint"):
