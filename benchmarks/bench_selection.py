@@ -13,6 +13,7 @@ trained and valued exactly in this process as `fedsv launch` does. Per federatio
 
     python benchmarks/bench_selection.py --seeds 20          # the docs' table
     python benchmarks/bench_selection.py --seeds 4 --federations 20/10x5
+    python benchmarks/bench_selection.py --seeds 20 --draws balanced   # the verdict's false positives
 """
 
 from __future__ import annotations
@@ -74,11 +75,12 @@ def main() -> None:
     )
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--federations", default=",".join(FEDERATIONS))
+    parser.add_argument("--draws", default="independent,balanced", help="the rules to run, comma-separated")
     args = parser.parse_args()
     started = time.time()
     rows = []
     for federation in args.federations.split(","):
-        for draw in ("independent", "balanced"):
+        for draw in args.draws.split(","):
             found = [run(federation, draw, seed) for seed in range(args.seeds)]
             accuracy = [o.accuracy for o in found]
             spread = statistics.stdev(accuracy) if len(accuracy) > 1 else 0.0
