@@ -31,7 +31,7 @@ from fedsv.valuation.accounting.verdict import owners_verdict
 
 FEDERATIONS: dict[str, dict[str, Any]] = {
     "20/10x5": {"participants": 20, "fraction": 0.5, "rounds": 5},  # `fedsv launch`'s defaults
-    "20/10x8, 2 epochs": {"participants": 20, "fraction": 0.5, "rounds": 8, "epochs": 2},
+    "20/10x8e2": {"participants": 20, "fraction": 0.5, "rounds": 8, "epochs": 2},
     "6/3x8": {"participants": 6, "fraction": 0.5, "rounds": 8},
 }
 RECOMMENDED, VERDICT = "fedsv_shrunk", "fedsv_completed"
