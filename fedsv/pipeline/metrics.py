@@ -255,8 +255,9 @@ class RunMetrics:
         if records:
             self._set_round_gauges(max(records, key=lambda rec: rec.round))
             valued = [rec for rec in records if not rec.pending]
-            if valued:
-                self._set_value_gauges(max(valued, key=lambda rec: rec.round), cumulative, None, errors)
+            if valued:  # a member no round selected has no value: no gauge of 0 for it
+                drawn = list(dict.fromkeys(pid for rec in records for pid in rec.selected))
+                self._set_value_gauges(max(valued, key=lambda rec: rec.round), cumulative, drawn, errors)
             logger.info("metrics restored after round %d", max(rec.round for rec in records))
 
     def _set_round_gauges(self, record: RoundRecord) -> None:

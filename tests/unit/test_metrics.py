@@ -116,6 +116,9 @@ def test_restore_sets_gauges_and_leaves_counters() -> None:
     assert value(registry, "fedsv_round_duration_seconds_count") == 0
     metrics.restore([], {})  # nothing recorded yet: nothing to set
     assert value(registry, "fedsv_current_round") == 3
+    # a member no round selected (p009: in the totals at 0, as the accounting's world holds it) gets no gauge
+    metrics.restore([make_record(1)], {key: {**v, "p009": 0.0} for key, v in TOTALS.items()})
+    assert value(registry, "fedsv_participant_fedsv", participant="p009") is None
 
 
 def test_serve_metrics_on_an_ephemeral_port() -> None:
