@@ -42,7 +42,6 @@ Selection is balanced (the default) unless `--draw independent`, the paper's dra
 from __future__ import annotations
 
 import argparse
-import math
 import pickle
 import platform
 import sys
@@ -60,15 +59,21 @@ from federations import BUILDERS, Federation
 from fedsv.app.demo import DemoConfig, run_demo
 from fedsv.valuation import FederatedValuation
 from fedsv.valuation.accounting.bagging import verdict_groups
+from fedsv.valuation.accounting.verdict import Z95
+from fedsv.valuation.errors.rerun_check import (
+    Members,
+    best_pull,
+    sd_stated,
+    share_gap,
+    share_rmse,
+    shares,
+)
 
 KEYS = ("fedsv_shrunk", "fedsv_completed", "fedsv", "fedsv_normalized", "loo")
-Z95 = 1.959964
 BOOTSTRAP = 1000
 """Resamples of the reruns behind each figure's interval."""
 LEVEL = 0.90
 """The intervals' coverage."""
-LAMBDAS = np.linspace(0.0, 1.0, 21)
-"""The pulls the share target's bound tries (1: the completed totals themselves)."""
 
 
 def rerun(
@@ -94,40 +99,6 @@ def rerun(
     return valuation
 
 
-def shares(totals: np.ndarray) -> np.ndarray:
-    """Each run's payout shares (runs, members): negative values paid nothing."""
-    paid = np.maximum(totals, 0.0)
-    return paid / np.maximum(paid.sum(axis=1, keepdims=True), 1e-300)
-
-
-@dataclass(frozen=True)
-class Members:
-    """sd/stated member by member, on the reruns as run: its 10th and 90th percentiles over the members
-    with a known error, and the lowest share of reruns whose 95% interval holds a member's mean total
-    (the member it is lowest for)."""
-
-    low: float
-    high: float
-    coverage: float
-    worst: str
-
-    @classmethod
-    def of(cls, ids: list[str], totals: np.ndarray, errors: np.ndarray) -> Members:
-        """From (reruns, members) totals and errors; a rerun whose error for a member is unknown (NaN,
-        or infinite: never selected) is left out of that member's figures, not counted as a miss."""
-        finite = np.isfinite(errors)
-        runs = finite.sum(axis=0)
-        stated = np.where(finite, errors, 0.0).sum(axis=0) / np.maximum(runs, 1)
-        known = (runs > 0) & (stated > 0)
-        ratio = totals.std(axis=0, ddof=1)[known] / stated[known]
-        held = finite & (np.abs(totals - totals.mean(axis=0)) <= Z95 * np.where(finite, errors, 0.0))
-        coverage = held[:, known].sum(axis=0) / runs[known]
-        low, high = np.quantile(ratio, [0.1, 0.9])
-        worst = int(np.argmin(coverage))
-        named = [pid for pid, k in zip(ids, known, strict=True) if k]
-        return cls(float(low), float(high), float(coverage[worst]), named[worst])
-
-
 @dataclass(frozen=True)
 class Figures:
     """One value's figures over a federation's reruns (each an array over the reruns' resamples, the
@@ -142,28 +113,6 @@ class Figures:
     twin_gap: np.ndarray | None
     overlap: np.ndarray | None
     share_gap: np.ndarray | None
-
-
-def _sd_stated(totals: np.ndarray, errors: np.ndarray, resampled: bool) -> float:
-    """sd/stated, median member; a resample's SD is raised by sqrt(n / (n - 1)), what drawing the n
-    reruns with replacement takes off it on average."""
-    n = totals.shape[0]
-    sd = totals.std(axis=0, ddof=1) * (math.sqrt(n / (n - 1)) if resampled else 1.0)
-    stated = np.nanmean(errors, axis=0)
-    spread = np.isfinite(stated) & (stated > 0)
-    return float(np.median(sd[spread] / stated[spread]))
-
-
-def _rmse(totals: np.ndarray, expected: np.ndarray) -> float:
-    return float(np.sqrt(np.mean(np.square(shares(totals) - expected))))
-
-
-def share_gap(totals: np.ndarray, pairs: list[tuple[int, int]]) -> float:
-    """Twins' mean |difference| in payout shares over the mean share: two twins worth less than nothing
-    are both paid 0, however far apart their values."""
-    paid = shares(totals)
-    gaps = np.abs(paid[:, [a for a, _ in pairs]] - paid[:, [b for _, b in pairs]])
-    return float(gaps.mean() / paid.mean())
 
 
 def measures(federation: Federation, runs: list[FederatedValuation]) -> dict[str, Figures]:
@@ -184,12 +133,12 @@ def measures(federation: Federation, runs: list[FederatedValuation]) -> dict[str
     found: dict[str, dict[str, list[float]]] = {key: {} for key in KEYS}
     for k, rows in enumerate(samples):
         expected = shares(found_values["fedsv_completed"][0][rows]).mean(axis=0)
-        base = _rmse(found_values["fedsv_completed"][0][rows], expected)
+        base = share_rmse(found_values["fedsv_completed"][0][rows], expected)
         for key, (all_totals, all_errors) in found_values.items():
             totals, errors = all_totals[rows], all_errors[rows]
             row = found[key]
-            row.setdefault("sd_stated", []).append(_sd_stated(totals, errors, k > 0))
-            rmse = _rmse(totals, expected)
+            row.setdefault("sd_stated", []).append(sd_stated(totals, errors, k > 0))
+            rmse = share_rmse(totals, expected)
             row.setdefault("rmse", []).append(rmse)
             row.setdefault("ratio", []).append(rmse / base)
             if pairs:
@@ -235,15 +184,6 @@ def bound(runs: list[FederatedValuation]) -> Bound:
 
     centre = np.broadcast_to(completed.mean(axis=1, keepdims=True), completed.shape)
     return Bound(best_pull(completed, centre, expected), best_pull(completed, means, expected))
-
-
-def best_pull(completed: np.ndarray, centre: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
-    """Of the pulls centre + lambda (completed - centre), lambda in LAMBDAS, the one whose payout shares
-    are nearest the expected shares: its lambda and its share RMSE over the completed totals'."""
-    base = _rmse(completed, expected)
-    ratios = [_rmse(centre + lam * (completed - centre), expected) / base for lam in LAMBDAS]
-    k = int(np.argmin(ratios))
-    return float(LAMBDAS[k]), float(ratios[k])
 
 
 def _with_interval(draws: np.ndarray) -> str:

@@ -3,15 +3,10 @@ member whose errors are half their size."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from bench_calibration import Members, best_pull, share_gap
+from fedsv.valuation.errors.rerun_check import Members, best_pull, share_gap
 
 
 def test_a_member_with_half_sized_errors_is_named_with_its_coverage() -> None:
