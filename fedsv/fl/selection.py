@@ -87,12 +87,14 @@ class Selector:
     _schedule: list[list[int]] = field(default_factory=list, repr=False)
 
     def ranks(self, round_number: int) -> list[int]:
-        """Round `round_number`'s selected ranks, sorted (rounds are asked for in order)."""
+        """Round `round_number`'s selected ranks, sorted (the independent draw: rounds asked for in
+        order, as its RNG's state follows them)."""
         fixed = self.fixed.get(round_number)
         if not self.balanced:
             return select_ranks(self.rng, self.participants, self.per_round, fixed)
         if fixed is not None:
             return sorted(fixed)
-        if len(self._schedule) < round_number:
-            self._schedule = balanced_schedule(self.seed, self.participants, self.per_round, round_number)
+        if len(self._schedule) < round_number:  # grown by doubling: a long run recomputes it O(log T) times
+            rounds = max(round_number, 2 * len(self._schedule))
+            self._schedule = balanced_schedule(self.seed, self.participants, self.per_round, rounds)
         return list(self._schedule[round_number - 1])
