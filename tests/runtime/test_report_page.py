@@ -14,9 +14,8 @@ import pytest
 from fedsv.app.payout import payout, payout_of
 from fedsv.app.report import build_report
 from fedsv.app.report_page import SECTIONS, render_page
-from fedsv.ledger import Checkpoint, Ledger, ValueRow
 from tests.support.processes import need_tool
-from tests.support.records import make_record
+from tests.support.records import one_round_run
 from tests.support.report_pages import made_up_report
 from tests.support.runtime import launch
 
@@ -129,13 +128,7 @@ def test_a_member_never_selected_is_held_out_of_the_pages_payout(tmp_path: Path)
     """Four members, three selected: the page pays the three as `fedsv payout` does (three quarters of
     the budget) and shows the fourth as not valued, its quarter held out."""
     chromium = need_tool("chromium", "apt-get install chromium")
-    directory = tmp_path / "run"
-    directory.mkdir()
-    pids = ["p000", "p001", "p002"]
-    with Ledger(directory / "ledger.sqlite") as ledger:
-        ledger.ensure_run("run-held", {"participants": 4, "rounds": 1})
-        rows = [ValueRow(1, p, v, 0.0, 0.0, 0.0, 0.0) for p, v in zip(pids, [0.03, 0.01, 0.0], strict=True)]
-        ledger.commit_round(make_record(1, pids, pids), rows, [], Checkpoint(1, b"w", "{}"))
+    directory = one_round_run(tmp_path / "run", 4, [0.03, 0.01, 0.0])
     page = tmp_path / "report.html"
     page.write_text(render_page(build_report(directory)))
     dom, log = _browse(page, chromium, settings="#amount=1000&value=fedsv")
@@ -150,17 +143,9 @@ def test_the_pages_payout_falls_back_to_fedsv_as_fedsv_payout_does(tmp_path: Pat
     """Every recommended value at or below 0 in a run whose model improved: the page pays by FedSV, as
     `fedsv payout` does, and says so."""
     chromium = need_tool("chromium", "apt-get install chromium")
-    directory = tmp_path / "run"
-    directory.mkdir()
-    pids = ["p000", "p001", "p002"]
-    with Ledger(directory / "ledger.sqlite") as ledger:
-        ledger.ensure_run("run-fallback", {"participants": 3, "rounds": 1})
-        record = make_record(1, pids, pids)
-        record = type(record)(**{**record.__dict__, "utility_before": 0.5, "utility_after": 0.9})
-        rows = [ValueRow(1, p, v, 0.0, 0.0, 0.0, 0.0) for p, v in zip(pids, [0.03, 0.01, -0.01], strict=True)]
-        ledger.commit_round(record, rows, [], Checkpoint(1, b"w", "{}"))
+    directory = one_round_run(tmp_path / "run", 3, [0.03, 0.01, -0.01], utility=(0.5, 0.9))
     report = build_report(directory)
-    report["totals"]["fedsv_shrunk"] = dict.fromkeys(pids, -0.001)
+    report["totals"]["fedsv_shrunk"] = dict.fromkeys(["p000", "p001", "p002"], -0.001)
     page = tmp_path / "report.html"
     page.write_text(render_page(report))
     dom, log = _browse(page, chromium, settings="#amount=900")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fedsv.ledger import RoundRecord, RoundStatus, TrafficRow, ValueRow
+from dataclasses import replace
+from pathlib import Path
+
+from fedsv.ledger import Checkpoint, Ledger, RoundRecord, RoundStatus, TrafficRow, ValueRow
 
 CONFIG = {"rounds": 10, "seed": 7, "model": "mlp", "participants": 4}
 
@@ -29,3 +32,20 @@ def make_rows(record: RoundRecord) -> tuple[list[ValueRow], list[TrafficRow]]:
         TrafficRow(n, "Subscribe", "down", 2000 * n, 4),
     ]
     return values, traffic
+
+
+def one_round_run(
+    directory: Path, participants: int, fedsv: list[float], utility: tuple[float, float] | None = None
+) -> Path:
+    """A run directory whose ledger holds one valued round: of `participants` members the first
+    len(fedsv) selected and aggregated, valued `fedsv` exactly; `utility`: U before and after it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pids = [f"p{k:03d}" for k in range(len(fedsv))]
+    record = make_record(1, pids, pids)
+    if utility is not None:
+        record = replace(record, utility_before=utility[0], utility_after=utility[1])
+    with Ledger(directory / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-one-round", {"participants": participants, "rounds": 1})
+        rows = [ValueRow(1, p, v, 0.0, 0.0, 0.0, 0.0) for p, v in zip(pids, fedsv, strict=True)]
+        ledger.commit_round(record, rows, [], Checkpoint(1, b"w", "{}"))
+    return directory

@@ -16,7 +16,7 @@ from fedsv.app.report_page import render_page
 from fedsv.app.report_text import format_table
 from fedsv.ledger import Checkpoint, Ledger, RoundStatus, ValueRow
 from fedsv.valuation.accounting.verdict import Z95
-from tests.support.records import make_record
+from tests.support.records import make_record, one_round_run
 
 PIDS = ["p000", "p001", "p002"]
 
@@ -103,12 +103,7 @@ def test_the_groups_rule_pays_members_that_cannot_be_told_apart_alike(tmp_path: 
 def test_a_member_never_selected_is_not_valued_and_its_part_is_held_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    directory = tmp_path / "run"
-    directory.mkdir()
-    with Ledger(directory / "ledger.sqlite") as ledger:  # four members; round 1 selected three
-        ledger.ensure_run("run-pay", {"participants": 4, "rounds": 1})
-        rows = [ValueRow(1, p, v, 0.0, 0.0, 0.0, 0.0) for p, v in zip(PIDS, [0.03, 0.01, 0.0], strict=True)]
-        ledger.commit_round(make_record(1, PIDS, PIDS), rows, [], Checkpoint(1, b"w", "{}"))
+    directory = one_round_run(tmp_path / "run", 4, [0.03, 0.01, 0.0])  # four members; three selected
     report = build_report(directory)
     assert report["not_valued"] == ["p003"]
     assert all(report["totals"][key]["p003"] is None for key in report["totals"])  # never a certain 0
@@ -131,15 +126,7 @@ def _improved_run(tmp_path: Path, after: float) -> dict[str, Any]:
     """A one-round run of three members whose model went from 0.5 to `after`, every recommended value
     set at or below 0 (as a pooled value of an improving run came out in issue 71) and FedSV's as the
     round gave them."""
-    directory = tmp_path / "run"
-    directory.mkdir()
-    with Ledger(directory / "ledger.sqlite") as ledger:
-        ledger.ensure_run("run-pay", {"participants": 3, "rounds": 1})
-        record = make_record(1, PIDS, PIDS)
-        record = type(record)(**{**record.__dict__, "utility_before": 0.5, "utility_after": after})
-        rows = [ValueRow(1, p, v, 0.0, 0.0, 0.0, 0.0) for p, v in zip(PIDS, [0.03, 0.01, -0.01], strict=True)]
-        ledger.commit_round(record, rows, [], Checkpoint(1, b"w", "{}"))
-    report = build_report(directory)
+    report = build_report(one_round_run(tmp_path / "run", 3, [0.03, 0.01, -0.01], utility=(0.5, after)))
     for key in ("fedsv_shrunk", "fedsv_completed"):
         report["totals"][key] = dict.fromkeys(PIDS, -0.001)
     return report
