@@ -60,4 +60,7 @@ def test_one_process_plays_300_ranks_with_few_threads(tmp_path: Path) -> None:
         rounds = ledger.rounds()
     assert [r.round for r in rounds] == [1, 2]
     for record in rounds:
-        assert len(record.selected) == 3 and record.received == record.selected
+        # every selected rank's update reached the coordinator: aggregated, or turned away by the guard
+        # (with 300 shards of about 12 images, an honest update may point against the referee's descent)
+        assert len(record.selected) == 3
+        assert sorted([*record.received, *record.refused]) == record.selected, record
