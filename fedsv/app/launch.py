@@ -158,7 +158,7 @@ class Launch:
         port_file = self.out / "coordinator.port"
         port_file.unlink(missing_ok=True)
         config = {
-            **self.run.to_dict(),
+            **self.run.settings(),  # every setting: a record's omissions would read as today's defaults
             "state_dir": str(self.out),
             "host": "127.0.0.1",
             "port": 0,

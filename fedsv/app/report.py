@@ -64,7 +64,7 @@ def _num(x: float | None) -> float | None:
 def _corrupted(config: dict[str, Any]) -> dict[str, str]:
     """Participant id -> corruption spec of the run's `corrupt` setting; empty if none or not a RunConfig."""
     try:
-        ranks = RunConfig(**config).corruptions()
+        ranks = RunConfig.from_record(config).corruptions()
     except (TypeError, ValueError):
         return {}
     return {participant_id(rank): spec for rank, spec in sorted(ranks.items())}

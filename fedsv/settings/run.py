@@ -284,6 +284,17 @@ class RunConfig(ConfigModel):
             exact_seconds=self.valuation_exact_seconds,
         )
 
+    def settings(self) -> dict[str, Any]:
+        """Every setting by name, none left out (what another process is started with)."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+    @classmethod
+    def from_record(cls, recorded: dict[str, Any]) -> RunConfig:
+        """The run a record (to_dict) describes: a setting added later and left out of it stands at the
+        value the record left it out for (schema.earlier_value), not at today's default."""
+        earlier = {name: earlier_value(name) for name in cls.model_fields if added_later(name)}
+        return cls(**{**earlier, **recorded})
+
     def to_dict(self) -> dict[str, Any]:
         """The run's record (its ledger's config and its id): every setting, but one added later at its
         value that stands for the runs recorded before it (schema.earlier_value)."""

@@ -86,6 +86,13 @@ def test_a_run_recorded_before_the_setting_resumes_as_the_independent_draw() -> 
     assert "draw" not in RunConfig(draw=Draw.INDEPENDENT).to_dict()
     assert RunConfig().to_dict()["draw"] == Draw.BALANCED
     assert not drew_balanced({"participants": 6}) and drew_balanced(RunConfig().to_dict())
+    # a record read back is the run it records, not today's default; a process is started with it all
+    paper = RunConfig(draw=Draw.INDEPENDENT)
+    assert RunConfig.from_record(paper.to_dict()).draw == Draw.INDEPENDENT
+    assert RunConfig.from_record(RunConfig().to_dict()).draw == Draw.BALANCED
+    assert paper.settings()["draw"] == Draw.INDEPENDENT and set(paper.settings()) == set(
+        RunConfig.model_fields
+    )
 
 
 def test_simulated_reruns_select_as_the_run_did() -> None:

@@ -130,7 +130,7 @@ def _as_recorded(recorded: dict[str, Any]) -> dict[str, Any] | None:
     """A recorded run config with the settings it predates at their defaults (None if unreadable); a
     run recorded before the update guard existed ran without it (UNGUARDED)."""
     try:
-        return RunConfig(**{**UNGUARDED, **recorded}).to_dict()
+        return RunConfig.from_record({**UNGUARDED, **recorded}).to_dict()
     except (TypeError, ValueError):
         return None
 
