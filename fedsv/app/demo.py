@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pydantic import Field, model_validator
@@ -75,12 +75,16 @@ class TrainedRound:
     quarantined: list[str]  # those the guard held back (fedsv.fl.reputation): valued, not aggregated
 
 
-def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
+def demo_rounds(
+    config: DemoConfig, coalition: Sequence[int] | None = None
+) -> Iterator[tuple[TrainedRound, float]]:
     """Train T rounds of FedAvg in this process; yields each round (before aggregation is applied to the
     next) with the test accuracy of w_{t+1}.
 
     The same seeded draws, local training, norm bound and aggregation as the coordinator, so a `fedsv
-    launch` of the same settings trains the same models.
+    launch` of the same settings trains the same models. With `coalition`, only those ranks train, every
+    one in every round, each with the training seeds it has in the run (the canonical value retrains a
+    coalition so); a round whose every update the guard turns away leaves the model as it was.
     """
     task = config.load_task()
     model = task.build_model(config.seed)
@@ -101,7 +105,7 @@ def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
     memory = GuardMemory()
     game = GameSettings(metric=task.metric, aggregation=config.aggregation_rule())
     for t in range(1, config.rounds + 1):
-        selected = selector.ranks(t)
+        selected = selector.ranks(t) if coalition is None else sorted(coalition)
         updates = []
         for r in selected:
             samples, corruption = ranks[r]
@@ -121,13 +125,14 @@ def demo_rounds(config: DemoConfig) -> Iterator[tuple[TrainedRound, float]]:
             updates, config.norm_bound(), config.guard(), memory, declared, referee, global_params
         )
         updates = guarded.updates  # as the coordinator screens them
-        if not updates:
+        if not updates and coalition is None:
             raise ValueError(f"every update of round {t} was over update_norm_bound")
         chosen = [participant_id(r) for r in selected]
         trained = TrainedRound(
             t, global_params, updates, model, validation, game, chosen, sorted(guarded.held)
         )
-        global_params = aggregate(global_params, updates, t, game.aggregation)
+        if updates:
+            global_params = aggregate(global_params, updates, t, game.aggregation)
         accuracy = math.nan if test is None else evaluate(model, global_params, test.x, test.y)[0]
         yield trained, accuracy
 

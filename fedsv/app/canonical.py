@@ -1,0 +1,61 @@
+"""A federation's canonical Shapley value: every coalition of its members retrained as the run trains."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from fedsv.app.demo import DemoConfig, demo_rounds
+from fedsv.fl.aggregation import aggregate
+from fedsv.fl.evaluation import EvalSet, predict, to_tensors
+from fedsv.fl.ranks import participant_id
+from fedsv.task.sources import evaluation_samples
+from fedsv.valuation.games.canonical import CanonicalValues, canonical_values
+from fedsv.valuation.round.round_inputs import Metric, score_logits
+
+
+def validation_score(
+    model: nn.Module, params: Mapping[str, Tensor] | None, data: EvalSet, metric: Metric
+) -> float:
+    """The round game's utility of `params` (the model's own weights with None): the metric's mean over
+    the validation samples."""
+    x, y = to_tensors(data.x, data.y)
+    logits = predict(model, params, x)
+    cells = torch.zeros(len(y), dtype=torch.int64, device=logits.device)
+    return float(score_logits(logits[None], y.to(logits.device), metric, cells, 1).sum().item()) / len(y)
+
+
+def coalition_score(config: DemoConfig, coalition: frozenset[int]) -> float:
+    """The validation score of the model that `coalition`'s ranks train together over the run's rounds,
+    every one of them in every round, from the run's initial model (its seed) with the run's local
+    training, guard and aggregation; the empty coalition's is the initial model's score."""
+    task = config.load_task()
+    if not coalition:
+        samples = evaluation_samples(task, config.validation_source, "validation", config.simulation())
+        return validation_score(
+            task.build_model(config.seed), None, EvalSet(samples.x, samples.y), task.metric
+        )
+    last = None
+    for trained, _ in demo_rounds(config, sorted(coalition)):
+        last = trained
+    if last is None:
+        raise ValueError("the canonical value needs at least one round")
+    final = (
+        aggregate(last.params, last.updates, last.round, last.game.aggregation)
+        if last.updates
+        else last.params
+    )
+    return validation_score(last.model, final, last.validation, task.metric)
+
+
+def federation_canonical(config: DemoConfig, seeds: Sequence[int]) -> CanonicalValues:
+    """The canonical Shapley value of `config`'s members: all 2^N coalitions retrained with each seed
+    (the run's seed replaced), scored on the run's validation set."""
+    members = [participant_id(rank) for rank in range(config.participants)]
+    return canonical_values(
+        members,
+        lambda coalition, seed: coalition_score(config.model_copy(update={"seed": seed}), coalition),
+        seeds,
+    )
