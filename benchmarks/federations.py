@@ -17,6 +17,10 @@ project (no download):
   MLP) with members 0 and 1 on half-flipped labels and member 2 holding 20 images.
 - `main-job`: `make demo`'s federation (the embedded MNIST in 10 IID shards, 5 per round; members 0
   and 1 on half-flipped labels, member 2 holding 30 images, member 3 a mimicking free rider).
+
+The ground-truth benchmark's federations (`GROUND_TRUTH`) are six digits members each, small enough to
+retrain all 64 coalitions: IID shards of 150 images; two classes each, two members sharing theirs; IID
+with one member on half-flipped labels; IID with one member holding 30 images.
 """
 
 from __future__ import annotations
@@ -216,4 +220,53 @@ BUILDERS = {
     "digits-silos": digits_silos,
     "mnist-corrupted": mnist_corrupted,
     "main-job": main_job,
+}
+
+
+def _ground_truth(work: Path, name: str, parts: list[pd.DataFrame]) -> Federation:
+    """Six digits members' files under `work/name`, and the settings that read them (half per round)."""
+    folder = work / name
+    _, validation, test = _write_digits(folder, _digits_table())
+    for rank, part in enumerate(parts):
+        part.to_csv(folder / f"member{rank}.csv", index=False)
+    return Federation(name, _digits_settings(folder, test, len(parts), 0.5), validation)
+
+
+def _iid_parts(sizes: list[int]) -> list[pd.DataFrame]:
+    rest = _digits_table().iloc[600:].reset_index(drop=True)
+    starts = np.cumsum([0, *sizes])
+    return [rest.iloc[starts[i] : starts[i + 1]] for i in range(len(sizes))]
+
+
+def gt_iid(work: Path) -> Federation:
+    return _ground_truth(work, "gt-iid", _iid_parts([150] * 6))
+
+
+def gt_shared_classes(work: Path) -> Federation:
+    """Two classes per member of 120 images: members 0 and 1 both hold the digits 0 and 1 (60 of each,
+    no image twice); members 2-5 hold 2-3, 4-5, 6-7 and 8-9."""
+    rest = _digits_table().iloc[600:].reset_index(drop=True)
+    pairs = [(0, 1), (0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
+    parts = []
+    for rank, pair in enumerate(pairs):
+        offset = 60 if rank == 1 else 0
+        parts.append(pd.concat([rest[rest["target"] == c].iloc[offset : offset + 60] for c in pair]))
+    return _ground_truth(work, "gt-shared-classes", parts)
+
+
+def gt_noisy(work: Path) -> Federation:
+    parts = _iid_parts([150] * 6)
+    parts[0] = _flip(parts[0], 0.5, seed=0)
+    return _ground_truth(work, "gt-noisy", parts)
+
+
+def gt_small(work: Path) -> Federation:
+    return _ground_truth(work, "gt-small", _iid_parts([30] + [150] * 5))
+
+
+GROUND_TRUTH = {
+    "iid": gt_iid,
+    "shared-classes": gt_shared_classes,
+    "noisy": gt_noisy,
+    "small": gt_small,
 }
