@@ -34,7 +34,7 @@ from federations import GROUND_TRUTH, ROOT
 from fixtures import machine, print_table
 from scipy.stats import spearmanr
 
-from fedsv.app.canonical import federation_canonical
+from fedsv.app.canonical import UNGUARDED, federation_canonical
 from fedsv.app.demo import DemoConfig, run_demo
 from fedsv.fl.ranks import participant_id
 from fedsv.valuation.accounting.verdict import owners_verdict
@@ -70,7 +70,7 @@ def shares_of(values: np.ndarray) -> np.ndarray:
 
 def canonical(name: str, settings: dict, seeds: int, cache: Path) -> Canonical:
     """The federation's canonical value, from `cache` when it was computed with these settings."""
-    key = {"settings": settings, "seeds": seeds}
+    key = {"settings": settings, "seeds": seeds, "unguarded": {k: str(v) for k, v in UNGUARDED.items()}}
     path = cache / f"{name}-canonical.json"
     if path.exists():
         stored = json.loads(path.read_text())
@@ -92,8 +92,20 @@ def score(shares: np.ndarray, truth: np.ndarray) -> Scores:
     return Scores(rho, 100 * float(np.mean(np.abs(shares - truth))), underpaid)
 
 
-def run(settings: dict, fraction: float, seed: int, truth: np.ndarray) -> tuple[dict[str, Scores], int, int]:
-    """One run's scores per value, and the verdict's false negatives out of the pairs it should part."""
+@dataclass(frozen=True)
+class Run:
+    """One run's scores per value, the verdict's false negatives out of the pairs it should part, and
+    the updates the guard turned away out of those selected."""
+
+    scores: dict[str, Scores]
+    pooled: int
+    pairs: int
+    refused: int
+    selected: int
+
+
+def run(settings: dict, fraction: float, seed: int, truth: np.ndarray) -> Run:
+    """One run of the federation, valued exactly, against the canonical shares."""
     config = DemoConfig(**{**settings, "fraction": fraction, "seed": seed, "valuation": "exact"})
     valuation = run_demo(config).valuation
     ids = [participant_id(r) for r in range(len(truth))]
@@ -106,7 +118,10 @@ def run(settings: dict, fraction: float, seed: int, truth: np.ndarray) -> tuple[
     group = {p: g for g, members in enumerate(found.groups) for p in members}
     apart = [(a, b) for a, b in combinations(range(len(ids)), 2) if abs(truth[a] - truth[b]) > 1 / len(ids)]
     pooled = sum(group.get(ids[a], -1) == group.get(ids[b], -2) for a, b in apart)
-    return scores, pooled, len(apart)
+    rounds = valuation.per_round()
+    selected = sum(len(rv.selected or rv.participants) for rv in rounds)
+    refused = selected - sum(len(rv.participants) for rv in rounds)
+    return Run(scores, pooled, len(apart), refused, selected)
 
 
 def main() -> None:
@@ -144,11 +159,12 @@ def main() -> None:
         )
         for fraction in (float(f) for f in args.fractions.split(",")):
             runs = [run(settings, fraction, seed, truth) for seed in range(args.seeds)]
-            pooled = sum(r[1] for r in runs)
-            pairs = sum(r[2] for r in runs)
+            pooled = sum(r.pooled for r in runs)
+            pairs = sum(r.pairs for r in runs)
+            refused = f"{sum(r.refused for r in runs)} of {sum(r.selected for r in runs)}"
             worth = int(sum(truth >= 0.5 / len(truth)))
             for value in VALUES:
-                found_scores = [r[0][value] for r in runs]
+                found_scores = [r.scores[value] for r in runs]
                 rows.append(
                     [
                         name,
@@ -158,6 +174,7 @@ def main() -> None:
                         f"{np.mean([s.error for s in found_scores]):.1f}",
                         f"{sum(s.underpaid for s in found_scores)} of {worth * len(runs)}",
                         f"{pooled} of {pairs}" if value == VERDICT else "",
+                        refused if value == VALUES[0] else "",
                     ]
                 )
             print(f"{name} fraction {fraction:g}: done ({time.time() - started:.0f} s)", flush=True)
@@ -176,6 +193,7 @@ def main() -> None:
             "share error (points)",
             "worth >= 0.5/N paid < 0.5/N",
             "verdict pools pairs apart > 1/N",
+            "updates turned away",
         ],
         rows,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsv.app.canonical import coalition_score, federation_canonical, validation_score
+from fedsv.app.canonical import UNGUARDED, coalition_score, federation_canonical, validation_score
 from fedsv.app.demo import DemoConfig, demo_rounds
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import evaluate
@@ -57,7 +57,7 @@ SMALL = {"participants": 2, "rounds": 2, "epochs": 1, "validation_size": 200, "v
 
 def test_a_coalition_is_retrained_as_the_run_trains_and_every_member_in_every_round() -> None:
     full = DemoConfig(**{**SMALL, "fraction": 1.0})  # type: ignore[arg-type]
-    rounds = list(demo_rounds(full))
+    rounds = list(demo_rounds(full.model_copy(update=UNGUARDED)))
     last = rounds[-1][0]
     final = aggregate(last.params, last.updates, last.round, last.game.aggregation)
     run_score = evaluate(last.model, final, last.validation.x, last.validation.y)[0]
@@ -83,3 +83,13 @@ def test_the_federations_canonical_value_splits_the_full_coalitions_gain() -> No
     reseeded = DemoConfig(**{**SMALL, "fraction": 0.5, "seed": 5})  # type: ignore[arg-type]
     assert found.utilities[0b11] == pytest.approx(coalition_score(reseeded, frozenset({0, 1})))
     assert found.utilities[0b10] == pytest.approx(coalition_score(reseeded, frozenset({1})))
+
+
+def test_a_coalition_is_retrained_with_the_guard_off() -> None:
+    """A member whose update the norm bound turns away in the run still trains in its coalitions: the
+    canonical value retrains what the data train, not what the screens make of a coalition."""
+    config = DemoConfig(**{**SMALL, "fraction": 1.0, "corrupt": "1=scale:1000"})  # type: ignore[arg-type]
+    guarded = list(demo_rounds(config))
+    assert all([u.participant for u in trained.updates] == ["p000"] for trained, _ in guarded)
+    alone = coalition_score(config, frozenset({0}))
+    assert coalition_score(config, frozenset({0, 1})) < alone - 0.2  # the scaled update is aggregated
