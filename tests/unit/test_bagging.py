@@ -143,3 +143,31 @@ def test_many_reruns_pulled_at_once_are_each_pulled_as_alone() -> None:
             pulled_many(ids(12), rows, errs, members, moves), alone, rtol=1e-10, atol=1e-12
         )
     assert not np.allclose(alone, rows)  # the rows were pulled
+
+
+def test_the_draws_start_from_the_totals_as_the_averaged_pull_fits_the_truth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AROUND "bag": the draws whose groups the pull is averaged over start from the totals pulled by
+    the square root of each factor (as the first average's fit estimates the truth spreads), not from
+    the totals as paid (the full factor) nor the totals themselves. Members 0.8 errors apart, where the
+    three starts differ."""
+    rng = np.random.default_rng(4)
+    errors = np.full(8, 0.01)
+    totals = 0.1 + 0.008 * np.arange(8) + rng.normal(0.0, 1.0, 8) * errors
+    moved = rng.normal(0.0, 1.0, (BAGS, 8)) * errors
+    starts: list[np.ndarray] = []
+    averaged = bagging._averaged
+
+    def spy(*args: object) -> bagging.Pull:
+        starts.append(np.asarray(args[4]))
+        return averaged(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bagging, "_averaged", spy)
+    bagged(ids(8), totals, errors, None, moved)
+    first = averaged(ids(8), totals, errors, None, totals + moved)
+    assert len(starts) == 2 and np.allclose(starts[0], totals + moved)
+    centre = starts[1] - moved
+    assert np.allclose(centre, first.as_fitted(totals))
+    assert not np.allclose(centre, first.apply(totals), atol=1e-4)
+    assert not np.allclose(centre, totals, atol=1e-4)
