@@ -129,3 +129,24 @@ def test_with_the_screens_off_a_mimic_is_kept_but_marked_public(skewed: bool, ri
         params = aggregate(params, guarded.updates, t)
     if rider is not None:
         assert len(marked) >= 6, marked
+
+
+def test_an_update_along_the_validation_descent_is_not_noise_though_it_spreads_over_units_as_noise() -> None:
+    """The noise test asks two things of an update's part beyond the steps, and both must find noise: no
+    more related to the descent and the round's others than noise is, and spread over the units as noise
+    spreads. A Gaussian direction passes the second; sent along the validation descent it fails the
+    first and is kept, while the same step plus Gaussian noise of that size is turned away."""
+    torch.manual_seed(0)
+    shapes = {"w": (16, 32), "b": (16,)}
+    public = PublicSteps()
+    step = {k: torch.randn(s) for k, s in shapes.items()}
+    public.observe({k: torch.zeros(s) for k, s in shapes.items()})
+    public.observe(step)  # the global model's one step so far: w_1 - w_0
+    descent = {k: torch.randn(s) for k, s in shapes.items()}  # spreads over the units as noise does
+    rows = torch.zeros(16, 1)
+    rows[:3] = 1.0  # an update that moved three neurons only: nothing like noise
+    trained = ClientUpdate("p0", {"w": rows * torch.randn(16, 32), "b": torch.zeros(16)}, 100)
+    along = ClientUpdate("p1", {k: 0.5 * step[k] + descent[k] for k in shapes}, 100)
+    noise = ClientUpdate("p2", {k: 0.5 * step[k] + torch.randn(s) for k, s in shapes.items()}, 100)
+    assert public.isotropic(public.flat(descent)) and not public.isotropic(public.flat(trained.delta))
+    assert set(mimicked([trained, along, noise], public, descent)) == {"p2"}
