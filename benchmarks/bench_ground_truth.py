@@ -34,7 +34,7 @@ from federations import GROUND_TRUTH, ROOT
 from fixtures import machine, print_table
 from scipy.stats import spearmanr
 
-from fedsv.app.canonical import UNGUARDED, federation_canonical
+from fedsv.app.canonical import RETRAINING, federation_canonical
 from fedsv.app.demo import DemoConfig, run_demo
 from fedsv.fl.ranks import participant_id
 from fedsv.valuation.accounting.verdict import owners_verdict
@@ -70,7 +70,7 @@ def shares_of(values: np.ndarray) -> np.ndarray:
 
 def canonical(name: str, settings: dict, seeds: int, cache: Path) -> Canonical:
     """The federation's canonical value, from `cache` when it was computed with these settings."""
-    key = {"settings": settings, "seeds": seeds, "unguarded": {k: str(v) for k, v in UNGUARDED.items()}}
+    key = {"settings": settings, "seeds": seeds, "unguarded": {k: str(v) for k, v in RETRAINING.items()}}
     path = cache / f"{name}-canonical.json"
     if path.exists():
         stored = json.loads(path.read_text())

@@ -12,6 +12,7 @@ from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import EvalSet, predict, to_tensors
 from fedsv.fl.ranks import participant_id
 from fedsv.settings.choices import NormPolicy
+from fedsv.settings.run import UNGUARDED
 from fedsv.task.sources import evaluation_samples
 from fedsv.valuation.games.canonical import CanonicalValues, canonical_values
 from fedsv.valuation.round.round_inputs import Metric, score_logits
@@ -28,22 +29,17 @@ def validation_score(
     return float(score_logits(logits[None], y.to(logits.device), metric, cells, 1).sum().item()) / len(y)
 
 
-UNGUARDED = {
-    "update_norm_policy": NormPolicy.NONE,
-    "update_count_multiple": 0.0,
-    "update_direction": False,
-    "update_quarantine": False,
-}
-"""The guard off: the canonical value retrains what the members' data train, not what the coordinator's
-screens make of a coalition of one or two (docs/decisions/0003-canonical-value-unguarded.md)."""
+RETRAINING = {**UNGUARDED, "update_norm_policy": NormPolicy.NONE}
+"""The guard and the norm bound off: the canonical value retrains what the members' data train, not what
+the coordinator's screens make of a coalition of one or two (docs/decisions/0003)."""
 
 
 def coalition_score(config: DemoConfig, coalition: frozenset[int]) -> float:
     """The validation score of the model that `coalition`'s ranks train together over the run's rounds,
     every one of them in every round, from the run's initial model (its seed) with the run's local
-    training and aggregation, the guard off (UNGUARDED); the empty coalition's is the initial model's
-    score."""
-    config = config.model_copy(update=UNGUARDED)
+    training and aggregation, the guard and the norm bound off (RETRAINING); the empty coalition's is the
+    initial model's score."""
+    config = config.model_copy(update=RETRAINING)
     task = config.load_task()
     if not coalition:
         samples = evaluation_samples(task, config.validation_source, "validation", config.simulation())

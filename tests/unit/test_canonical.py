@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsv.app.canonical import UNGUARDED, coalition_score, federation_canonical, validation_score
+from fedsv.app.canonical import RETRAINING, coalition_score, federation_canonical, validation_score
 from fedsv.app.demo import DemoConfig, demo_rounds
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import evaluate
@@ -57,7 +57,7 @@ SMALL = {"participants": 2, "rounds": 2, "epochs": 1, "validation_size": 200, "v
 
 def test_a_coalition_is_retrained_as_the_run_trains_and_every_member_in_every_round() -> None:
     full = DemoConfig(**{**SMALL, "fraction": 1.0})  # type: ignore[arg-type]
-    rounds = list(demo_rounds(full.model_copy(update=UNGUARDED)))
+    rounds = list(demo_rounds(full.model_copy(update=RETRAINING)))
     last = rounds[-1][0]
     final = aggregate(last.params, last.updates, last.round, last.game.aggregation)
     run_score = evaluate(last.model, final, last.validation.x, last.validation.y)[0]
