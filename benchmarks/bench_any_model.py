@@ -30,7 +30,7 @@ from fedsv.data.partition import partition_indices
 from fedsv.fl.state import apply_delta, fedavg, params_of
 from fedsv.task.training import local_update
 from fedsv.valuation import RoundGame
-from fedsv.valuation.games.exact import all_coalitions, shapley_from_table
+from fedsv.valuation.estimators.exact import all_coalitions, shapley_from_table
 
 
 class Net(nn.Module):

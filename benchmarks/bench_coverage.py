@@ -27,7 +27,7 @@ from fixtures import load_average, machine, print_table
 from fedsv.app.demo import DemoConfig, TrainedRound, demo_rounds
 from fedsv.settings.choices import ValuationMethod
 from fedsv.valuation import RoundGame, ValuationSpec, shapley_values
-from fedsv.valuation.games.result import ValuationResult
+from fedsv.valuation.estimators.result import ValuationResult
 
 Z95 = 1.959964
 

@@ -12,7 +12,7 @@ benchmarks/.cache/round-m{m}-seed{seed}.npz. The exact Shapley values come from 
 Every estimator then runs on a game that looks coalitions up in the table (a fresh game per run, so its
 memo starts empty) with the same budget of DISTINCT utility evaluations:
 
-* fedsv: every method of fedsv.valuation.games.spec.SAMPLING_METHODS through
+* fedsv: every method of fedsv.valuation.estimators.spec.SAMPLING_METHODS through
   shapley_values(game, spec=ValuationSpec(method, budget=B, seed=s)); evaluations <= B is asserted.
 * peers (unless --no-peers): shapiq's and pyDVL's Shapley estimators, run by benchmarks/peers/
   peer_runner.py inside benchmarks/.peers-venv (Python 3.12; create it with
@@ -46,7 +46,7 @@ import torch
 from fixtures import TRAIN_CONFIG, TRAIN_ROUNDS, load_average, machine, print_table, train_round
 
 from fedsv.data import load_dataset
-from fedsv.valuation.games.exact import all_coalitions, shapley_from_table
+from fedsv.valuation.estimators.exact import all_coalitions, shapley_from_table
 from fedsv.valuation.games.game import BoolMatrix, FloatArray, Game
 
 HERE = Path(__file__).resolve().parent
@@ -261,8 +261,8 @@ def cell_stats(cell: Cell, exact: FloatArray) -> Stats | None:
 
 def run_fedsv(table: RoundTable, methods: Sequence[str], budgets: Sequence[int], seeds: int) -> list[Cell]:
     """Every fedsv method x budget x seed, each on a fresh table game; asserts evaluations <= budget."""
-    from fedsv.valuation.games.api import shapley_values
-    from fedsv.valuation.games.spec import ValuationSpec
+    from fedsv.valuation.estimators.api import shapley_values
+    from fedsv.valuation.estimators.spec import ValuationSpec
 
     cells = []
     for budget in budgets:
@@ -523,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if too_big:
         print(f"note: budgets {too_big} reach 2^m = {2**table.m}: every method can be exact there\n")
 
-    from fedsv.valuation.games.spec import SAMPLING_METHODS
+    from fedsv.valuation.estimators.spec import SAMPLING_METHODS
 
     methods = list(SAMPLING_METHODS) if args.methods is None else args.methods
     fedsv_started = time.perf_counter()

@@ -40,7 +40,7 @@ from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import FederatedValuation, RoundGame, RoundValues, ValuationSpec
 from fedsv.valuation.accounting.completion import complete
-from fedsv.valuation.games.exact import shapley_from_dense
+from fedsv.valuation.estimators.exact import shapley_from_dense
 from fedsv.valuation.games.game import bitmasks
 
 TRAIN = TrainConfig(epochs=1, batch_size=10, lr=0.05)

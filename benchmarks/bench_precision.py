@@ -25,7 +25,7 @@ from fedsv.data import load_dataset
 from fedsv.fl.device import resolve_device
 from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame
-from fedsv.valuation.games.exact import all_coalitions, shapley_from_table
+from fedsv.valuation.estimators.exact import all_coalitions, shapley_from_table
 from fedsv.valuation.round.device import PRECISIONS
 
 

@@ -50,8 +50,8 @@ from fedsv.fl.state import params_of
 from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation.accounting.rounds import RoundValues, value_round
-from fedsv.valuation.games.api import measure_cost
-from fedsv.valuation.games.spec import ValuationSpec
+from fedsv.valuation.estimators.api import measure_cost
+from fedsv.valuation.estimators.spec import ValuationSpec
 
 BEFORE = ValuationSpec(target_stderr=0.002, exact_seconds=120.0)
 """The run's valuation settings before the noise target (valuation_target_stderr 0.002, 120 s)."""
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"ResNet-18 local training, 5 epochs on 600 images: {resnet_training_seconds():.1f} s", flush=True
         )
-        from fedsv.valuation.games.target import first_allowance  # not in fedsv before 6b7f841
+        from fedsv.valuation.estimators.target import first_allowance  # not in fedsv before 6b7f841
 
         rnd = real_round(Case("resnet18", 10, 100), 600)
         cost = measure_cost(rnd.game())

@@ -20,7 +20,7 @@ from fixtures import RealRound, cpu_model, load_average, print_table, timed, to_
 from fedsv.data import load_dataset
 from fedsv.fl.device import resolve_device
 from fedsv.valuation import plan, shapley_values
-from fedsv.valuation.games.spec import ValuationSpec
+from fedsv.valuation.estimators.spec import ValuationSpec
 
 VALUE_TOLERANCE = 1e-6
 """Largest allowed |value - naive value| of any participant, any mode."""

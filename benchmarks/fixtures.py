@@ -17,7 +17,7 @@ from fedsv.fl.state import apply_delta, fedavg, params_of
 from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import RoundGame
-from fedsv.valuation.games.result import ValuationResult
+from fedsv.valuation.estimators.result import ValuationResult
 
 TRAIN_CONFIG = TrainConfig(epochs=1, batch_size=10, lr=0.05)
 """Local training of every participant: one epoch of plain SGD (the demo's batch size and learning rate)."""

@@ -30,7 +30,7 @@ from fedsv.data import load_dataset
 from fedsv.fl.device import resolve_device
 from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame
-from fedsv.valuation.games.exact import ExactShapley
+from fedsv.valuation.estimators.exact import ExactShapley
 from fedsv.valuation.games.game import members_of
 from fedsv.valuation.round.device import tf32_allowed
 

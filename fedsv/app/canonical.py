@@ -14,7 +14,7 @@ from fedsv.fl.ranks import participant_id
 from fedsv.settings.choices import NormPolicy
 from fedsv.settings.run import UNGUARDED
 from fedsv.task.sources import evaluation_samples
-from fedsv.valuation.games.canonical import CanonicalValues, canonical_values
+from fedsv.valuation.estimators.canonical import CanonicalValues, canonical_values
 from fedsv.valuation.round.round_inputs import Metric, score_logits
 
 

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from fedsv.fl.updates import ClientUpdate
-from fedsv.valuation.games.api import Plan
+from fedsv.valuation.estimators.api import Plan
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ class ValidationFrom(StrEnum):
 
 
 class ValuationMethod(StrEnum):
-    """What a run values with: any method of fedsv.valuation.games.methods but the random baseline, or
+    """What a run values with: any method of fedsv.valuation.estimators.methods but the random baseline, or
     none."""
 
     AUTO = "auto"

@@ -16,9 +16,9 @@ from fedsv.valuation.accounting.round_matrices import RoundMatrices, merge_folds
 from fedsv.valuation.accounting.rounds import TOTAL_KEYS, RoundValues, normalized, value_round
 from fedsv.valuation.errors.rerun_noise import sum_rerun
 from fedsv.valuation.errors.valuation_noise import COMPONENTS, Uncertainty, uncertainty
-from fedsv.valuation.games.api import Plan
+from fedsv.valuation.estimators.api import Plan
+from fedsv.valuation.estimators.spec import ValuationSpec
 from fedsv.valuation.games.game import Game
-from fedsv.valuation.games.spec import ValuationSpec
 from fedsv.valuation.round.initial_spread import spread
 
 FloatArray = npt.NDArray[np.float64]

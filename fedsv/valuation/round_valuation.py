@@ -13,9 +13,9 @@ from fedsv.fl.evaluation import EvalSet
 from fedsv.fl.redundancy import delta_matrices, redundant_groups, weighed_once
 from fedsv.fl.updates import ClientUpdate
 from fedsv.valuation.accounting.rounds import RoundValues
+from fedsv.valuation.estimators.api import Plan
+from fedsv.valuation.estimators.spec import ValuationSpec
 from fedsv.valuation.federated import FederatedValuation
-from fedsv.valuation.games.api import Plan
-from fedsv.valuation.games.spec import ValuationSpec
 from fedsv.valuation.round.round_game import RoundGame
 from fedsv.valuation.round.round_inputs import Metric
 

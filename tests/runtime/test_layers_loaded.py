@@ -52,13 +52,15 @@ def test_importing_a_layer_loads_only_the_layers_below_it(layer: str, tmp_path: 
 
 
 def test_the_estimators_load_without_torch(tmp_path: Path) -> None:
-    """fedsv.valuation.games (the estimators and their registry) runs on numpy: importing all of it in a
-    fresh interpreter loads no torch, though the package's public names (RoundGame among them) are
-    there to import."""
+    """fedsv.valuation.games and .estimators (the games, the estimators and their registry) run on numpy:
+    importing all of them in a fresh interpreter loads no torch, though the package's public names
+    (RoundGame among them) are there to import."""
     modules = sorted(
-        name for name in modules_of("fedsv.valuation") if name.startswith("fedsv.valuation.games")
+        name
+        for name in modules_of("fedsv.valuation")
+        if name.startswith(("fedsv.valuation.games", "fedsv.valuation.estimators"))
     )
     loaded = set(_loaded_after_importing(modules, tmp_path))
-    assert set(modules) <= loaded and "fedsv.valuation.games.permutation" in loaded
+    assert set(modules) <= loaded and "fedsv.valuation.estimators.permutation" in loaded
     assert not {name for name in loaded if name.split(".")[0] == "torch"}
     assert not {name for name in loaded if name.startswith(("fedsv.fl", "fedsv.valuation.round"))}

@@ -55,7 +55,7 @@ def test_the_wheel_has_fedsv_as_its_only_top_level_name(tmp_path: Path) -> None:
     assert tops == {"fedsv"}
     # The subpackages, the generated code and both entry points.
     for expected in (
-        "fedsv/valuation/games/api.py",
+        "fedsv/valuation/estimators/api.py",
         "fedsv/coordinator/__main__.py",
         "fedsv/participant/__main__.py",
         "fedsv/wire/v1/fedsv_pb2.py",

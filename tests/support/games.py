@@ -7,8 +7,8 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
+from fedsv.valuation.estimators.exact import all_coalitions
 from fedsv.valuation.games.class_scores import ClassScores, fold_split
-from fedsv.valuation.games.exact import all_coalitions
 from fedsv.valuation.games.game import BoolMatrix, FloatArray, Game, bitmasks
 
 Utility = Callable[[frozenset[int]], float]

@@ -17,7 +17,7 @@ import torch
 
 from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame
-from fedsv.valuation.games.exact import all_coalitions
+from fedsv.valuation.estimators.exact import all_coalitions
 from fedsv.valuation.round.executors import Compute, fused_head
 from fedsv.valuation.round.executors.fast import FastExecutor, FusedHead
 from fedsv.valuation.round.round_inputs import by_cell, coalition_weights

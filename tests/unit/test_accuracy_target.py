@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from fedsv.valuation import ValuationSpec, plan, shapley_values
-from fedsv.valuation.games.api import make_estimator, plan_game
-from fedsv.valuation.games.exact import ExactShapley
-from fedsv.valuation.games.target import ToTarget, reached
+from fedsv.valuation.estimators.api import make_estimator, plan_game
+from fedsv.valuation.estimators.exact import ExactShapley
+from fedsv.valuation.estimators.target import ToTarget, reached
 from tests.support.games import TableGame, airport, table_of
 
 

@@ -13,7 +13,7 @@ from fedsv.fl.aggregation import RULES, AggregationRule, aggregate, pairwise_dis
 from fedsv.fl.evaluation import evaluate
 from fedsv.fl.updates import ClientUpdate
 from fedsv.valuation import RoundGame
-from fedsv.valuation.games.exact import all_coalitions
+from fedsv.valuation.estimators.exact import all_coalitions
 
 
 def _rows(m: int) -> torch.Tensor:

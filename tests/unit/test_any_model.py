@@ -16,7 +16,7 @@ from fedsv.data import load_dataset
 from fedsv.fl.state import apply_delta, fedavg, load_params, params_of
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import RoundGame
-from fedsv.valuation.games.exact import all_coalitions
+from fedsv.valuation.estimators.exact import all_coalitions
 from fedsv.valuation.round.executors.stem_split import split_stem
 from fedsv.valuation.round.executors.traced_split import find_stem
 from fedsv.valuation.round.round_game import MODES

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsv.valuation.games.exact import ExactShapley
-from fedsv.valuation.games.group_testing import GroupTesting
-from fedsv.valuation.games.permutation import PermutationSampling, balanced_permutations
+from fedsv.valuation.estimators.exact import ExactShapley
+from fedsv.valuation.estimators.group_testing import GroupTesting
+from fedsv.valuation.estimators.permutation import PermutationSampling, balanced_permutations
 from tests.support.games import TableGame, random_table
 
 Sampler = PermutationSampling | GroupTesting

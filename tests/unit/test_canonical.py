@@ -9,7 +9,7 @@ from fedsv.app.canonical import RETRAINING, coalition_score, federation_canonica
 from fedsv.app.demo import DemoConfig, demo_rounds
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import evaluate
-from fedsv.valuation.games.canonical import CanonicalValues, canonical_values
+from fedsv.valuation.estimators.canonical import CanonicalValues, canonical_values
 
 
 def glove(coalition: frozenset[int]) -> float:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedsv.valuation import shapley_values
-from fedsv.valuation.games.spec import ValuationSpec
+from fedsv.valuation.estimators.spec import ValuationSpec
 from tests.support.games import ClosedForm, additive, all_closed_form, table_of
 
 GAMES = all_closed_form()

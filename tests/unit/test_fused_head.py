@@ -12,7 +12,7 @@ from torch import nn
 
 from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame
-from fedsv.valuation.games.exact import ExactShapley
+from fedsv.valuation.estimators.exact import ExactShapley
 from fedsv.valuation.round.executors import fused_head
 from fedsv.valuation.round.executors.fast import FusedHead
 from fedsv.valuation.round.round_inputs import by_cell

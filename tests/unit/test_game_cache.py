@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsv.valuation.games.exact import ExactShapley, all_coalitions, shapley_from_dense, shapley_from_table
+from fedsv.valuation.estimators.exact import (
+    ExactShapley,
+    all_coalitions,
+    shapley_from_dense,
+    shapley_from_table,
+)
 from fedsv.valuation.games.game import DENSE_PLAYERS, Game, bitmasks, members_of
 
 
@@ -77,7 +82,7 @@ def test_use_dense_table_keeps_what_was_cached() -> None:
 
 
 def test_exact_enumerates_in_chunks_and_matches_the_formula(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("fedsv.valuation.games.exact.ENUMERATION_CHUNK", 2**7)
+    monkeypatch.setattr("fedsv.valuation.estimators.exact.ENUMERATION_CHUNK", 2**7)
     game = Weighted(10)
     game.utility(0b11)  # one coalition cached before: counted once, not evaluated again
     result = ExactShapley().run(game)

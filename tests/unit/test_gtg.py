@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsv.valuation.games.exact import ExactShapley, all_coalitions
-from fedsv.valuation.games.gtg import GTGShapley
+from fedsv.valuation.estimators.exact import ExactShapley, all_coalitions
+from fedsv.valuation.estimators.gtg import GTGShapley
 from tests.support.games import TableGame, all_closed_form, random_table, table_of
 
 GAMES = all_closed_form()

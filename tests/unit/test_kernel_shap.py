@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsv.valuation.games.budget import minimum_budget
-from fedsv.valuation.games.exact import ExactShapley, all_coalitions
+from fedsv.valuation.estimators.budget import minimum_budget
+from fedsv.valuation.estimators.exact import ExactShapley, all_coalitions
+from fedsv.valuation.estimators.kernel_shap import KernelSHAP, LeverageSHAP, random_coalitions, unrank
 from fedsv.valuation.games.game import BoolMatrix, CallableGame, FloatArray, Game
-from fedsv.valuation.games.kernel_shap import KernelSHAP, LeverageSHAP, random_coalitions, unrank
 from tests.support.games import TableGame, additive, all_closed_form, random_table, table_of
 
 GAMES = all_closed_form()

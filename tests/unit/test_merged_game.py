@@ -19,9 +19,9 @@ from fedsv.fl.updates import ClientUpdate
 from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import FederatedValuation, RoundGame
+from fedsv.valuation.estimators.spec import ValuationSpec
 from fedsv.valuation.games.game import CallableGame
 from fedsv.valuation.games.merged_game import MergedGame, check_groups
-from fedsv.valuation.games.spec import ValuationSpec
 from fedsv.valuation.round_valuation import GameSettings, value_updates
 
 

@@ -109,7 +109,7 @@ def test_resnet18_has_its_size_and_every_round_game_mode_gives_its_utilities(
     per coalition), the batched path and a hand-written forward per coalition agree."""
     from fedsv.fl.state import apply_delta, federated_state
     from fedsv.valuation import RoundGame
-    from fedsv.valuation.games.exact import all_coalitions
+    from fedsv.valuation.estimators.exact import all_coalitions
     from fedsv.valuation.round.executors import planner
     from fedsv.valuation.round.executors.fast import FastExecutor, VmapHead
 

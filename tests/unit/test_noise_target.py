@@ -11,12 +11,12 @@ import pytest
 from fedsv.valuation import ValuationSpec, plan
 from fedsv.valuation.accounting.by_class import split_values
 from fedsv.valuation.accounting.rounds import value_round
-from fedsv.valuation.games.api import make_estimator, measure_cost, plan_game
-from fedsv.valuation.games.estimator import Settings
-from fedsv.valuation.games.exact import ExactShapley
-from fedsv.valuation.games.methods import REGISTRY
-from fedsv.valuation.games.noise_target import NOISE_FLOOR, pooled, thresholds
-from fedsv.valuation.games.target import ToTarget, first_allowance
+from fedsv.valuation.estimators.api import make_estimator, measure_cost, plan_game
+from fedsv.valuation.estimators.estimator import Settings
+from fedsv.valuation.estimators.exact import ExactShapley
+from fedsv.valuation.estimators.methods import REGISTRY
+from fedsv.valuation.estimators.noise_target import NOISE_FLOOR, pooled, thresholds
+from fedsv.valuation.estimators.target import ToTarget, first_allowance
 from tests.support.games import SampleMaxGame, TableGame, airport, sample_costs, table_of
 
 M, SAMPLES = 12, 400

@@ -20,8 +20,8 @@ from fedsv.fl.state import apply_delta, fedavg, load_params, params_of
 from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import RoundGame, shapley_values
-from fedsv.valuation.games.exact import all_coalitions
-from fedsv.valuation.games.spec import ValuationSpec
+from fedsv.valuation.estimators.exact import all_coalitions
+from fedsv.valuation.estimators.spec import ValuationSpec
 from fedsv.valuation.round.round_game import MODES
 from tests.support.round_games import Score, fast_executor, patch_scores
 

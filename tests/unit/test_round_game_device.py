@@ -16,7 +16,7 @@ from fedsv.data import load_dataset
 from fedsv.fl.state import federated_state
 from fedsv.task.models import build_model
 from fedsv.valuation import RoundGame
-from fedsv.valuation.games.exact import all_coalitions
+from fedsv.valuation.estimators.exact import all_coalitions
 from fedsv.valuation.round import round_game
 from fedsv.valuation.round.device import DEFAULT_BUDGET_MB, DEFAULT_WORKING_SET, PRECISIONS
 from fedsv.valuation.round.round_game import MODES

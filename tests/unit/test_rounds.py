@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fedsv.valuation import FederatedValuation, RoundValues, shapley_values
-from fedsv.valuation.games.exact import ExactShapley
-from fedsv.valuation.games.spec import ValuationSpec
+from fedsv.valuation.estimators.exact import ExactShapley
+from fedsv.valuation.estimators.spec import ValuationSpec
 from tests.support.games import TableGame, random_table
 
 ROUNDS = [

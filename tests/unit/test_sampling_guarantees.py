@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from fedsv.valuation.games.exact import ExactShapley, all_coalitions
-from fedsv.valuation.games.group_testing import (
+from fedsv.valuation.estimators.exact import ExactShapley, all_coalitions
+from fedsv.valuation.estimators.group_testing import (
     GroupTesting,
     group_testing_budget,
     harmonic_z,
     size_distribution,
 )
-from fedsv.valuation.games.permutation import PermutationSampling
+from fedsv.valuation.estimators.permutation import PermutationSampling
 from tests.support.games import TableGame, all_closed_form, random_table, scaled_into, table_of
 
 ESTIMATORS: dict[str, type[PermutationSampling] | type[GroupTesting]] = {

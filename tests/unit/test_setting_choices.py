@@ -13,7 +13,7 @@ from fedsv.fl.update_bounds import POLICIES
 from fedsv.settings import choices
 from fedsv.task.interface import METRICS
 from fedsv.task.models import MODELS
-from fedsv.valuation.games.methods import METHODS
+from fedsv.valuation.estimators.methods import METHODS
 from fedsv.valuation.round.device import PRECISIONS
 
 LAYERS: list[tuple[type[StrEnum], set[str]]] = [

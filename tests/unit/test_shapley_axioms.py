@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsv.valuation.games.exact import ExactShapley, all_coalitions, shapley_weights
+from fedsv.valuation.estimators.exact import ExactShapley, all_coalitions, shapley_weights
 from tests.support.games import TableGame
 
 EXAMPLES = settings(max_examples=40, deadline=None)

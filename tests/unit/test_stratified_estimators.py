@@ -7,17 +7,22 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from fedsv.valuation.games.border import border_sizes, coalitions_of_size, interior_sizes
-from fedsv.valuation.games.exact import ExactShapley, all_coalitions, shapley_from_dense, shapley_from_table
-from fedsv.valuation.games.regression import (
+from fedsv.valuation.estimators.border import border_sizes, coalitions_of_size, interior_sizes
+from fedsv.valuation.estimators.exact import (
+    ExactShapley,
+    all_coalitions,
+    shapley_from_dense,
+    shapley_from_table,
+)
+from fedsv.valuation.estimators.regression import (
     SURROGATES,
     RegressionMSR,
     fit_surrogate,
     surrogate_features,
     surrogate_shapley,
 )
-from fedsv.valuation.games.strata import StratumMeans, size_weights
-from fedsv.valuation.games.svarm import StratifiedSVARM
+from fedsv.valuation.estimators.strata import StratumMeans, size_weights
+from fedsv.valuation.estimators.svarm import StratifiedSVARM
 from tests.support.games import TableGame, all_closed_form, random_table, table_of
 
 ESTIMATORS: dict[str, Callable[[int, int], StratifiedSVARM | RegressionMSR]] = {
@@ -241,7 +246,7 @@ def test_permutation_sampling_on_a_lattice_is_not_stated_exact_either() -> None:
     """The same sparse steps, valued from 12 permutations: marginals that are all zero for a player are
     no proof that its value is zero. The stated errors cover the truth (2 of them: 100% measured, 37% with
     the unseen step's floor gone) and are not uselessly wide (1.3 times the RMS error measured)."""
-    from fedsv.valuation.games.permutation import PermutationSampling
+    from fedsv.valuation.estimators.permutation import PermutationSampling
 
     m, resolution, flat = 8, 0.02, 0
     covered, stated, missed = 0, [], []

@@ -16,14 +16,14 @@ from fedsv.task.models import build_model
 from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation import ValuationSpec
 from fedsv.valuation.accounting.rounds import value_round
+from fedsv.valuation.estimators.estimator import Settings
+from fedsv.valuation.estimators.exact import ExactShapley
+from fedsv.valuation.estimators.methods import REGISTRY
+from fedsv.valuation.estimators.regression import RegressionMSR
+from fedsv.valuation.estimators.surrogate import ResidualGame, SurrogateCorrected
+from fedsv.valuation.estimators.target import ToTarget
 from fedsv.valuation.games.class_scores import CellGame, ClassScores
-from fedsv.valuation.games.estimator import Settings
-from fedsv.valuation.games.exact import ExactShapley
 from fedsv.valuation.games.game import Game, bitmasks
-from fedsv.valuation.games.methods import REGISTRY
-from fedsv.valuation.games.regression import RegressionMSR
-from fedsv.valuation.games.surrogate import ResidualGame, SurrogateCorrected
-from fedsv.valuation.games.target import ToTarget
 from fedsv.valuation.round.round_game import RoundGame
 from tests.support.games import SampleMaxGame, sample_costs
 
@@ -297,7 +297,7 @@ def test_a_real_round_valued_with_its_surrogate_is_within_its_error_and_splits_c
 
 
 def test_auto_plans_the_surrogate_only_where_the_coalitions_pay_for_its_set_up() -> None:
-    from fedsv.valuation.games.api import plan
+    from fedsv.valuation.estimators.api import plan
 
     spec = ValuationSpec(target_stderr=0.002, noise_fraction=0.5, exact_seconds=1e-9)
     cheap, costly = plan(20, spec, 0.0001), plan(20, spec, 0.0007)  # a tiny model's and the MLP's

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from fedsv.valuation import CallableGame, Game, Plan, plan, shapley_values
-from fedsv.valuation.games.api import AUTO_SAMPLER, make_estimator
-from fedsv.valuation.games.spec import METHODS, SAMPLING_METHODS, ValuationSpec
+from fedsv.valuation.estimators.api import AUTO_SAMPLER, make_estimator
+from fedsv.valuation.estimators.spec import METHODS, SAMPLING_METHODS, ValuationSpec
 from tests.support.games import additive
 
 WEIGHTS = [0.05, 0.1, 0.2, 0.15, 0.0, 0.3]
@@ -225,8 +225,8 @@ def test_game_subclass_is_evaluated_in_batches() -> None:
 
 def test_every_method_list_derives_from_the_estimator_registry() -> None:
     from fedsv.settings.run import VALUATION_METHODS
-    from fedsv.valuation.games.estimator import ESTIMATORS
-    from fedsv.valuation.games.methods import BASELINES, REGISTRY, SHAPLEY_METHODS
+    from fedsv.valuation.estimators.estimator import ESTIMATORS
+    from fedsv.valuation.estimators.methods import BASELINES, REGISTRY, SHAPLEY_METHODS
 
     assert set(REGISTRY) == set(ESTIMATORS)
     assert ("auto", *REGISTRY) == METHODS

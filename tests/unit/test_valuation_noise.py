@@ -13,8 +13,8 @@ from fedsv.valuation.accounting.completion import Model
 from fedsv.valuation.accounting.round_matrices import merge_folds
 from fedsv.valuation.errors.noise_persistence import PERSISTENCE, persistent
 from fedsv.valuation.errors.rerun_noise import NOISE_PARAMETERS, noise_model, training_noise
+from fedsv.valuation.estimators.noise_target import fold_stderr
 from fedsv.valuation.games.class_scores import fold_of, fold_split
-from fedsv.valuation.games.noise_target import fold_stderr
 
 
 def test_the_fold_error_of_a_mean_is_its_standard_error() -> None:

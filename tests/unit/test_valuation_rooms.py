@@ -9,15 +9,19 @@ from tests.unit.test_import_cycles import circles, import_graph
 from tests.unit.test_layers import imported_names, modules_of
 
 ROOMS: dict[str, set[str]] = {
-    "games": set(),  # cooperative games and the estimators: numpy only
-    "round": {"games"},  # one FL round as a game, in torch
-    "accounting": {"games"},  # values per round and across rounds, completion, recommended value, verdict
-    "errors": {"games", "accounting"},  # what a value's standard error is made of
-    "": {"games", "round", "accounting", "errors"},  # federated.py, round_valuation.py: they join the rooms
+    "games": set(),  # cooperative games: numpy only
+    "estimators": {"games"},  # the Shapley estimators, samplers and planning: numpy only
+    "round": {"games", "estimators"},  # one FL round as a game, in torch
+    "accounting": {
+        "games",
+        "estimators",
+    },  # values per round and across rounds, the recommended value, verdict
+    "errors": {"games", "estimators", "accounting"},  # what a value's standard error is made of
+    "": {"games", "estimators", "round", "accounting", "errors"},  # federated.py, round_valuation.py
 }
 """Each room of fedsv.valuation and the rooms it may import; "" is the package's own modules."""
 
-NO_TORCH = ("games", "accounting", "errors")
+NO_TORCH = ("games", "estimators", "accounting", "errors")
 """Rooms that compute in numpy: they import no torch (round games are torch, and live in round/)."""
 
 PUBLIC = [
@@ -40,7 +44,9 @@ def room_of(module: str) -> str | None:
 def test_every_module_of_the_valuation_package_is_in_a_room() -> None:
     modules = modules_of("fedsv.valuation")
     assert {room_of(name) for name in modules} == set(ROOMS)
-    assert "fedsv.valuation.games.permutation" in modules and "fedsv.valuation.round.round_game" in modules
+    assert (
+        "fedsv.valuation.estimators.permutation" in modules and "fedsv.valuation.round.round_game" in modules
+    )
 
 
 def breaches(room: str, name: str) -> list[str]:
@@ -48,8 +54,8 @@ def breaches(room: str, name: str) -> list[str]:
     target, out = room_of(name), []
     if target is not None and target != room and target not in ROOMS[room]:
         out.append(f"{room or 'the package'} must not import {name}")
-    if room == "games" and name.startswith("fedsv.") and target != "games":
-        out.append(f"the estimators import {name}")
+    if room in ("games", "estimators") and name.startswith("fedsv.") and target not in ROOMS[room] | {room}:
+        out.append(f"the {room} import {name}")
     if room in NO_TORCH and name.split(".")[0] in ("torch", "triton"):
         out.append(f"{room} imports {name}")
     return out
@@ -74,8 +80,10 @@ def test_each_room_imports_only_the_rooms_below_it(room: str) -> None:
 def test_the_checker_sees_each_kind_of_breach() -> None:
     assert breaches("games", "fedsv.valuation.round.round_game")  # upwards
     assert breaches("accounting", "fedsv.valuation.errors.rerun_noise")  # upwards
-    assert breaches("games", "fedsv.fl.aggregation")  # an FL module in the estimators
-    assert breaches("errors", "torch") and breaches("games", "torch.nn")
+    assert breaches("estimators", "fedsv.fl.aggregation")  # an FL module in the estimators
+    assert breaches("games", "fedsv.valuation.estimators.exact")  # a game importing an estimator
+    assert not breaches("estimators", "fedsv.valuation.games.game")
+    assert breaches("errors", "torch") and breaches("games", "torch.nn") and breaches("estimators", "torch")
     assert not breaches("errors", "fedsv.valuation.accounting.completion")
     assert not breaches("round", "torch") and not breaches("", "fedsv.valuation.round.round_game")
 

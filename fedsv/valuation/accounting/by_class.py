@@ -19,16 +19,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsv.valuation.games.api import Plan, make_estimator
+from fedsv.valuation.estimators.api import Plan, make_estimator
+from fedsv.valuation.estimators.exact import ExactShapley, shapley_from_dense
+from fedsv.valuation.estimators.loo import LeaveOneOut
+from fedsv.valuation.estimators.methods import REGISTRY
+from fedsv.valuation.estimators.noise_target import fold_stderr
+from fedsv.valuation.estimators.result import ValuationResult
+from fedsv.valuation.estimators.spec import ValuationSpec
+from fedsv.valuation.estimators.surrogate import ResidualScores, surrogate_on
 from fedsv.valuation.games.class_scores import CellGame
-from fedsv.valuation.games.exact import ExactShapley, shapley_from_dense
 from fedsv.valuation.games.game import CellScores, FloatArray, Game
-from fedsv.valuation.games.loo import LeaveOneOut
-from fedsv.valuation.games.methods import REGISTRY
-from fedsv.valuation.games.noise_target import fold_stderr
-from fedsv.valuation.games.result import ValuationResult
-from fedsv.valuation.games.spec import ValuationSpec
-from fedsv.valuation.games.surrogate import ResidualScores, surrogate_on
 
 NOT_LINEAR = ("gtg", "random")
 """Methods whose values are not a linear function of the utilities they saw."""

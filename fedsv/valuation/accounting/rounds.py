@@ -12,12 +12,12 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsv.valuation.accounting.by_class import ClassValues, FoldValues, SplitValues, split_values
-from fedsv.valuation.games.api import Plan, make_estimator, plan_game
+from fedsv.valuation.estimators.api import Plan, make_estimator, plan_game
+from fedsv.valuation.estimators.loo import LeaveOneOut
+from fedsv.valuation.estimators.result import ValuationResult
+from fedsv.valuation.estimators.spec import ValuationSpec
 from fedsv.valuation.games.game import Game
-from fedsv.valuation.games.loo import LeaveOneOut
 from fedsv.valuation.games.merged_game import MergedGame, alone, check_groups, merges
-from fedsv.valuation.games.result import ValuationResult
-from fedsv.valuation.games.spec import ValuationSpec
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from fedsv.valuation.accounting.round_matrices import (
     norms,
 )
 from fedsv.valuation.errors.rerun_noise import REPLICATES, RerunPart, rerun_part, spread
-from fedsv.valuation.games.noise_target import fold_stderr
+from fedsv.valuation.estimators.noise_target import fold_stderr
 
 COMPONENTS = ("estimator", "validation", "rerun", "initial")
 """The parts of a total's standard error, combined in quadrature: the estimator's, the validation

@@ -1,1 +1,1 @@
-"""fedsv.valuation.games: cooperative games and the Shapley estimators over them, in numpy (no torch)."""
+"""fedsv.valuation.games: cooperative games (memoized utilities, scores per cell, merged players)."""

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.games.budget import EvaluationBudget
-from fedsv.valuation.games.estimator import BudgetedEstimator, Outcome, ends
+from fedsv.valuation.estimators.budget import EvaluationBudget
+from fedsv.valuation.estimators.estimator import BudgetedEstimator, Outcome, ends
+from fedsv.valuation.estimators.monte_carlo import MAX_BUDGETED_SAMPLES, STALL_BATCHES, RunningMoments
+from fedsv.valuation.estimators.permutation import balanced_permutations
 from fedsv.valuation.games.game import Game
-from fedsv.valuation.games.monte_carlo import MAX_BUDGETED_SAMPLES, STALL_BATCHES, RunningMoments
-from fedsv.valuation.games.permutation import balanced_permutations
 
 logger = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.games.budget import EvaluationBudget, check_budget
-from fedsv.valuation.games.estimator import Estimator, Outcome, Settings, ends
+from fedsv.valuation.estimators.budget import EvaluationBudget, check_budget
+from fedsv.valuation.estimators.estimator import Estimator, Outcome, Settings, ends
+from fedsv.valuation.estimators.strata import unseen_step_variance
 from fedsv.valuation.games.game import Game
-from fedsv.valuation.games.strata import unseen_step_variance
 
 logger = logging.getLogger(__name__)
 

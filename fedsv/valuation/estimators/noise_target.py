@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import digamma, polygamma
 
+from fedsv.valuation.estimators.estimator import Estimator, Settings
 from fedsv.valuation.games.class_scores import fold_games
-from fedsv.valuation.games.estimator import Estimator, Settings
 from fedsv.valuation.games.game import FloatArray, Game
 
 NOISE_FLOOR = 0.25

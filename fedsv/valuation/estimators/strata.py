@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.games.budget import EvaluationBudget
+from fedsv.valuation.estimators.budget import EvaluationBudget
 from fedsv.valuation.games.game import BoolMatrix, FloatArray
 
 MAX_IDLE_BATCHES = 50

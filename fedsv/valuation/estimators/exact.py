@@ -8,7 +8,7 @@ from math import factorial
 
 import numpy as np
 
-from fedsv.valuation.games.estimator import Estimator, Outcome, Settings
+from fedsv.valuation.estimators.estimator import Estimator, Outcome, Settings
 from fedsv.valuation.games.game import BoolMatrix, FloatArray, Game, members_of
 
 logger = logging.getLogger(__name__)

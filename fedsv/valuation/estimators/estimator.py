@@ -17,13 +17,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fedsv.valuation.games.border import Border, evaluate_border
-from fedsv.valuation.games.budget import EvaluationBudget, check_budget, require_border
+from fedsv.valuation.estimators.border import Border, evaluate_border
+from fedsv.valuation.estimators.budget import EvaluationBudget, check_budget, require_border
+from fedsv.valuation.estimators.result import ValuationResult
 from fedsv.valuation.games.game import FloatArray, Game
-from fedsv.valuation.games.result import ValuationResult
 
 ESTIMATORS: dict[str, type[Estimator]] = {}
-"""Method name -> estimator class, as defined (fedsv.valuation.games.methods lists them in order)."""
+"""Method name -> estimator class, as defined (fedsv.valuation.estimators.methods lists them in order)."""
 
 
 @dataclass(frozen=True)

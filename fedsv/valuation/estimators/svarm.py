@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fedsv.valuation.games.border import Border, interior_sizes
-from fedsv.valuation.games.budget import EvaluationBudget
-from fedsv.valuation.games.estimator import Outcome, StratifiedEstimator
-from fedsv.valuation.games.strata import StratumMeans, sample_strata
+from fedsv.valuation.estimators.border import Border, interior_sizes
+from fedsv.valuation.estimators.budget import EvaluationBudget
+from fedsv.valuation.estimators.estimator import Outcome, StratifiedEstimator
+from fedsv.valuation.estimators.strata import StratumMeans, sample_strata
 
 
 class StratifiedSVARM(StratifiedEstimator):

@@ -8,7 +8,7 @@ from math import comb
 
 import numpy as np
 
-from fedsv.valuation.games.budget import EvaluationBudget
+from fedsv.valuation.estimators.budget import EvaluationBudget
 from fedsv.valuation.games.game import BoolMatrix, FloatArray
 
 BORDER_SHARE = 0.5

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from fedsv.valuation.games.estimator import ESTIMATORS, Estimator
-from fedsv.valuation.games.exact import ExactShapley
-from fedsv.valuation.games.group_testing import GroupTesting
-from fedsv.valuation.games.gtg import GTGShapley
-from fedsv.valuation.games.kernel_shap import KernelSHAP, LeverageSHAP
-from fedsv.valuation.games.loo import LeaveOneOut, RandomValues
-from fedsv.valuation.games.permutation import PermutationSampling
-from fedsv.valuation.games.regression import RegressionMSR
-from fedsv.valuation.games.svarm import StratifiedSVARM
+from fedsv.valuation.estimators.estimator import ESTIMATORS, Estimator
+from fedsv.valuation.estimators.exact import ExactShapley
+from fedsv.valuation.estimators.group_testing import GroupTesting
+from fedsv.valuation.estimators.gtg import GTGShapley
+from fedsv.valuation.estimators.kernel_shap import KernelSHAP, LeverageSHAP
+from fedsv.valuation.estimators.loo import LeaveOneOut, RandomValues
+from fedsv.valuation.estimators.permutation import PermutationSampling
+from fedsv.valuation.estimators.regression import RegressionMSR
+from fedsv.valuation.estimators.svarm import StratifiedSVARM
 
 REGISTRY: dict[str, type[Estimator]] = {
     cls.method: cls

@@ -9,9 +9,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.games.budget import EvaluationBudget
-from fedsv.valuation.games.game import BoolMatrix, Game
-from fedsv.valuation.games.monte_carlo import (
+from fedsv.valuation.estimators.budget import EvaluationBudget
+from fedsv.valuation.estimators.monte_carlo import (
     BUDGETED_BATCH,
     STALL_BATCHES,
     Draws,
@@ -19,6 +18,7 @@ from fedsv.valuation.games.monte_carlo import (
     RunningMoments,
     check_accuracy,
 )
+from fedsv.valuation.games.game import BoolMatrix, Game
 
 logger = logging.getLogger(__name__)
 

@@ -9,16 +9,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fedsv.valuation.games.border import border_rows
-from fedsv.valuation.games.budget import minimum_budget
-from fedsv.valuation.games.estimator import Estimator
+from fedsv.valuation.estimators.border import border_rows
+from fedsv.valuation.estimators.budget import minimum_budget
+from fedsv.valuation.estimators.estimator import Estimator
+from fedsv.valuation.estimators.methods import REGISTRY, SAMPLING_METHODS
+from fedsv.valuation.estimators.permutation import permutation_budget
+from fedsv.valuation.estimators.result import ValuationResult
+from fedsv.valuation.estimators.spec import ValuationSpec
+from fedsv.valuation.estimators.surrogate import SURROGATE_EXACT_PLAYERS, SurrogateCorrected
+from fedsv.valuation.estimators.target import FALLBACK_STDERR, ToTarget, first_allowance
 from fedsv.valuation.games.game import Game, as_game
-from fedsv.valuation.games.methods import REGISTRY, SAMPLING_METHODS
-from fedsv.valuation.games.permutation import permutation_budget
-from fedsv.valuation.games.result import ValuationResult
-from fedsv.valuation.games.spec import ValuationSpec
-from fedsv.valuation.games.surrogate import SURROGATE_EXACT_PLAYERS, SurrogateCorrected
-from fedsv.valuation.games.target import FALLBACK_STDERR, ToTarget, first_allowance
 
 logger = logging.getLogger(__name__)
 

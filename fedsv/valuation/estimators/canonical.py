@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsv.valuation.games.exact import all_coalitions, shapley_from_table
+from fedsv.valuation.estimators.exact import all_coalitions, shapley_from_table
 from fedsv.valuation.games.game import FloatArray
 
 MAX_MEMBERS = 12

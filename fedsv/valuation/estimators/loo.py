@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsv.valuation.games.estimator import Estimator, Outcome, Settings
+from fedsv.valuation.estimators.estimator import Estimator, Outcome, Settings
 from fedsv.valuation.games.game import Game
 
 

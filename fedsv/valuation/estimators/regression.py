@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from fedsv.valuation.games.border import Border, interior_sizes
-from fedsv.valuation.games.budget import EvaluationBudget
-from fedsv.valuation.games.estimator import Outcome, StratifiedEstimator
+from fedsv.valuation.estimators.border import Border, interior_sizes
+from fedsv.valuation.estimators.budget import EvaluationBudget
+from fedsv.valuation.estimators.estimator import Outcome, StratifiedEstimator
+from fedsv.valuation.estimators.strata import StratumMeans, sample_strata
 from fedsv.valuation.games.game import BoolMatrix, FloatArray
-from fedsv.valuation.games.strata import StratumMeans, sample_strata
 
 
 @dataclass(frozen=True)

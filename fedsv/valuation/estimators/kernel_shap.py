@@ -9,9 +9,9 @@ from math import comb
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.games.border import Border, interior_sizes
-from fedsv.valuation.games.budget import EvaluationBudget
-from fedsv.valuation.games.estimator import Outcome, StratifiedEstimator
+from fedsv.valuation.estimators.border import Border, interior_sizes
+from fedsv.valuation.estimators.budget import EvaluationBudget
+from fedsv.valuation.estimators.estimator import Outcome, StratifiedEstimator
 from fedsv.valuation.games.game import BoolMatrix, FloatArray
 
 logger = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from fedsv.valuation.games.estimator import Settings
-from fedsv.valuation.games.monte_carlo import (
+from fedsv.valuation.estimators.estimator import Settings
+from fedsv.valuation.estimators.monte_carlo import (
     BUDGETED_BATCH,
     STALL_BATCHES,
     Draws,

@@ -6,11 +6,11 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from fedsv.valuation.games.budget import check_budget
-from fedsv.valuation.games.estimator import Settings
-from fedsv.valuation.games.exact import HARD_MAX_PLAYERS
-from fedsv.valuation.games.methods import METHODS, SAMPLING_METHODS, SHAPLEY_METHODS
-from fedsv.valuation.games.monte_carlo import check_accuracy
+from fedsv.valuation.estimators.budget import check_budget
+from fedsv.valuation.estimators.estimator import Settings
+from fedsv.valuation.estimators.exact import HARD_MAX_PLAYERS
+from fedsv.valuation.estimators.methods import METHODS, SAMPLING_METHODS, SHAPLEY_METHODS
+from fedsv.valuation.estimators.monte_carlo import check_accuracy
 
 __all__ = ["METHODS", "SAMPLING_METHODS", "SHAPLEY_METHODS", "ValuationSpec", "check_method"]
 

@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from fedsv.valuation.games.budget import minimum_budget
-from fedsv.valuation.games.estimator import Estimator, Outcome, Settings
-from fedsv.valuation.games.exact import ExactShapley
+from fedsv.valuation.estimators.budget import minimum_budget
+from fedsv.valuation.estimators.estimator import Estimator, Outcome, Settings
+from fedsv.valuation.estimators.exact import ExactShapley
+from fedsv.valuation.estimators.noise_target import FoldReplay, FoldRun, thresholds, validation_noise
+from fedsv.valuation.estimators.result import ValuationResult
 from fedsv.valuation.games.game import FloatArray, Game
-from fedsv.valuation.games.noise_target import FoldReplay, FoldRun, thresholds, validation_noise
-from fedsv.valuation.games.result import ValuationResult
 
 logger = logging.getLogger(__name__)
 

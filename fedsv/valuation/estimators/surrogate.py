@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from fedsv.valuation.games.estimator import Estimator, Outcome, Settings
-from fedsv.valuation.games.exact import ExactShapley, shapley_from_dense
+from fedsv.valuation.estimators.estimator import Estimator, Outcome, Settings
+from fedsv.valuation.estimators.exact import ExactShapley, shapley_from_dense
+from fedsv.valuation.estimators.regression import RegressionMSR, by_column
+from fedsv.valuation.estimators.result import ValuationResult
+from fedsv.valuation.estimators.target import ToTarget, first_allowance
 from fedsv.valuation.games.game import BoolMatrix, CellScores, FloatArray, Game, MaskArray, bitmasks
-from fedsv.valuation.games.regression import RegressionMSR, by_column
-from fedsv.valuation.games.result import ValuationResult
-from fedsv.valuation.games.target import ToTarget, first_allowance
 
 SURROGATE_EXACT_PLAYERS = 16
 """Up to this many players the surrogate's values are exact: all 2^m of its (cheap) coalitions."""
