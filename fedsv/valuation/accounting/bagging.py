@@ -28,7 +28,7 @@ What follows: members the verdict groups in nearly every draw (twins, equals) ar
 nearly as before; a member the verdict sets apart in nearly every draw (a free rider, a member whose
 data damage the model) keeps nearly all its completed total; a member near an edge is pulled in
 proportion to how often a rerun would group it. Measured where the truth is known
-(benchmarks/bench_pull.py) and on the calibration federations (docs/valuation.md, "The pull, averaged").
+(benchmarks/bench_pull.py) and on the calibration federations (docs/decisions/0005).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ within about sqrt(p (1 - p) / BAGS), 0.07 at most."""
 AROUND = "bag"
 """Where the draws start: "bag", the run's totals as the pull averaged over draws from them fits the
 truth (as_fitted; twice the fits); "fit", as the run's own groups' fit does (jumps where those groups
-change); "totals", the run's totals (their noise counts twice). Measured: docs/valuation.md."""
+change); "totals", the run's totals (their noise counts twice). Measured: docs/decisions/0005."""
 
 INNER = 8
 """Draws each simulated rerun's own pull is averaged over (its part of the shrunk value's rerun error:

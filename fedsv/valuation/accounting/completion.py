@@ -20,7 +20,7 @@ selected) instead of the utility matrix, and weighs each round by its selection 
   a low-rank fit can learn a sign change from a few members (labels flipped: useful in the first
   rounds, harmful later) and carry it, negated, to members never seen in those rounds. On the main
   job's federation this imputed honest members -0.2 in the first rounds, where every observed value
-  was >= 0, and completed them to -0.08 against a FedSV of +0.06 to +0.14 (docs/valuation.md). The
+  was >= 0, and completed them to -0.08 against a FedSV of +0.06 to +0.14 (docs/decisions/0008). The
   bound costs the best and worst members a little where their truth lies beyond everything observed.
 
 - Why not the utility matrix: at the paper's scale (N = 100) it has 2^100 columns, and a coalition
@@ -235,7 +235,7 @@ def fit(values: FloatArray, mask: npt.NDArray[np.bool_], model: Model, seed: int
     """`model`'s prediction of every entry of the round-by-participant matrix from the masked ones, each
     held within the range of the values observed in its round and of its member (cross-validation
     chooses the model on its plain predictions: measured, nearer the reruns' mean on three calibration
-    federations of four than choosing on the held ones, docs/valuation.md); (T, N) or (R, T, N)."""
+    federations of four than choosing on the held ones, docs/decisions/0008); (T, N) or (R, T, N)."""
     filled = np.where(mask, values, 0.0)
     return _within_observed(_fit(filled, mask, model, seed), filled, mask)
 

@@ -21,7 +21,7 @@ more where a group's members truly differ by their noise or more, which is what 
 hold (members up to about 2.8 standard errors of their difference apart, chained, and grouped because
 they looked close, so S reads their spread low). Measured on the calibration federations, the James-
 Stein pull is nearer the expected shares than the plain one on four of five (all but the main job's), by
-most on the cross-silo one (docs/valuation.md, "The pull"). With f <= 2 (three members pulled at most)
+most on the cross-silo one (docs/decisions/0005). With f <= 2 (three members pulled at most)
 nobody is pulled: no pull of that form beats none there (Stein's admissibility in two dimensions).
 
 What follows for a payout: a member alone in its group (a free rider or a member whose data damage the
@@ -53,7 +53,7 @@ BoolArray = npt.NDArray[np.bool_]
 CONFIDENCE: float | None = None
 """None: the pull at James and Stein's estimate (STEIN); a number: tau^2 at the lower bound of that
 one-sided confidence for the groups' spread (chi-square). The 75%, 90% and 99% bounds, tau^2 at its
-estimate and the James-Stein pull were measured on the calibration federations (docs/valuation.md)."""
+estimate and the James-Stein pull were measured on the calibration federations (docs/decisions/0005)."""
 
 STEIN = 2
 """Degrees of freedom the pull's estimate spends beyond the groups' means (James-Stein: k - 3 for k

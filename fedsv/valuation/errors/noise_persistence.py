@@ -12,7 +12,7 @@ come out than the noise drawn.
 Why rho is not read off the run's own residuals (as it was): residual correlation there is mostly the
 model's misfit (a member's effect that changes with the rounds, which no completion model holds), not
 noise, and the estimate ranged over 0 to 0.9 between reruns of one federation while the reruns' own
-persistence was 0.29 to 0.47 on all four calibration federations (docs/valuation.md): a stated error
+persistence was 0.29 to 0.47 on all four calibration federations (docs/decisions/0004): a stated error
 that swung with it was too wide on some federations and too narrow on others.
 """
 

@@ -65,7 +65,7 @@ NOISE_PARAMETERS = 0.5
 from its residuals in the run, corrected for its parameters as a least-squares fit's would be, and a
 low-rank fit near saturation takes more of the noise than its parameters count (in bench_duplicates'
 seed 1 a rank-3 fit of 80 entries with 45 parameters left residuals of 0.0025 against its held-out
-0.0177, and stated rerun errors 4x too small). docs/valuation.md, "The noise model's choice"."""
+0.0177, and stated rerun errors 4x too small). docs/decisions/0004-error-model.md."""
 
 
 def noise_model(values: FloatArray, mask: BoolArray, model: Model | None, seed: int) -> Model:

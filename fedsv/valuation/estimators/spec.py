@@ -59,7 +59,7 @@ class ValuationSpec:
     merge_redundant: members of a round whose updates are far more alike than independent data give
         (fedsv.fl.redundancy: a second identity with a copy of an owner's data) are valued as one
         player, their value split equally, so that joining twice does not pay twice. Off by default:
-        two honest members holding the same few classes look alike too (docs/valuation.md).
+        two honest members holding the same few classes look alike too (docs/decisions/0007).
     seed: seeds the sampling methods and "random".
     max_exact_players: the largest game "exact" enumerates (and "auto" considers exact for).
     """
