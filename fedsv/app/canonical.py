@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
-import torch
-from torch import Tensor, nn
+from collections.abc import Sequence
 
 from fedsv.app.demo import DemoConfig, demo_rounds
 from fedsv.fl.aggregation import aggregate
-from fedsv.fl.evaluation import EvalSet, predict, to_tensors
+from fedsv.fl.evaluation import to_tensors
 from fedsv.fl.ranks import participant_id
 from fedsv.settings.choices import NormPolicy
 from fedsv.settings.run import UNGUARDED
 from fedsv.task.sources import evaluation_samples
 from fedsv.valuation.estimators.canonical import CanonicalValues, canonical_values
-from fedsv.valuation.round.round_inputs import Metric, score_logits
-
-
-def validation_score(
-    model: nn.Module, params: Mapping[str, Tensor] | None, data: EvalSet, metric: Metric
-) -> float:
-    """The round game's utility of `params` (the model's own weights with None): the metric's mean over
-    the validation samples."""
-    x, y = to_tensors(data.x, data.y)
-    logits = predict(model, params, x)
-    cells = torch.zeros(len(y), dtype=torch.int64, device=logits.device)
-    return float(score_logits(logits[None], y.to(logits.device), metric, cells, 1).sum().item()) / len(y)
-
+from fedsv.valuation.round.round_inputs import score_params
 
 RETRAINING = {**UNGUARDED, "update_norm_policy": NormPolicy.NONE}
 """The guard and the norm bound off: the canonical value retrains what the members' data train, not what
@@ -43,8 +28,8 @@ def coalition_score(config: DemoConfig, coalition: frozenset[int]) -> float:
     task = config.load_task()
     if not coalition:
         samples = evaluation_samples(task, config.validation_source, "validation", config.simulation())
-        return validation_score(
-            task.build_model(config.seed), None, EvalSet(samples.x, samples.y), task.metric
+        return score_params(
+            task.build_model(config.seed), None, *to_tensors(samples.x, samples.y), task.metric
         )
     last = None
     for trained, _ in demo_rounds(config, sorted(coalition)):
@@ -56,7 +41,7 @@ def coalition_score(config: DemoConfig, coalition: frozenset[int]) -> float:
         if last.updates
         else last.params
     )
-    return validation_score(last.model, final, last.validation, task.metric)
+    return score_params(last.model, final, *to_tensors(last.validation.x, last.validation.y), task.metric)
 
 
 def federation_canonical(config: DemoConfig, seeds: Sequence[int]) -> CanonicalValues:

@@ -137,15 +137,21 @@ def demo_rounds(
         yield trained, accuracy
 
 
-def run_demo(config: DemoConfig, on_round: Callable[[RoundValues, float], None] | None = None) -> DemoResult:
+def run_demo(
+    config: DemoConfig,
+    on_round: Callable[[RoundValues, float], None] | None = None,
+    on_trained: Callable[[TrainedRound], None] | None = None,
+) -> DemoResult:
     """Train T rounds of FedAvg in this process and value every round's deltas with the federated SV,
     inline, as the coordinator's inline schedule does: a `fedsv launch` of the same settings gives the
-    same selections, models and values."""
+    same selections, models and values. `on_trained` sees each round's w_t and updates."""
     world = [participant_id(r) for r in range(config.participants)]
     accounting = FederatedValuation(world, balanced=config.draw == Draw.BALANCED)
     accuracies: list[float] = []
     valuer: InlineValuer | None = None
     for trained, accuracy in demo_rounds(config):
+        if on_trained is not None:
+            on_trained(trained)
         if valuer is None:  # the coordinator's inline valuer; initial scores as it measures them at start
             task, validation = config.load_task(), trained.validation
             scores = measure(task.build_model, validation.x, validation.y, task.metric, config.seed)

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedsv.fl.evaluation import ArrayOrTensor, predict, to_tensors
-from fedsv.valuation.round.round_inputs import Metric, score_logits
+from fedsv.fl.evaluation import ArrayOrTensor, to_tensors
+from fedsv.valuation.round.round_inputs import Metric, score_params
 
 INITIALIZATIONS = 16
 """Other initial models scored per run (the relative error of their spread is about 1/sqrt(2 * 15))."""
@@ -40,13 +40,7 @@ def initial_scores(
 ) -> list[float]:
     """The validation score (the utility's metric) of the initial model `build(seed)` for each seed."""
     xt, yt = to_tensors(x, y)
-    cells = torch.zeros(len(yt), dtype=torch.int64)
-    scores = []
-    for seed in seeds:
-        logits = predict(build(seed), None, xt)
-        total = score_logits(logits[None], yt.to(logits.device), metric, cells.to(logits.device), 1)
-        scores.append(float(total.sum().item()) / max(len(yt), 1))
-    return scores
+    return [score_params(build(seed), None, xt, yt, metric) for seed in seeds]
 
 
 def measure(

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from fedsv.fl.aggregation import RULES, AggregationRule
 from fedsv.fl.distances import pairwise_distances
+from fedsv.fl.evaluation import predict
 from fedsv.fl.state import federated_state
 from fedsv.valuation.games.game import BoolMatrix
 
@@ -224,3 +225,15 @@ def by_cell(per_sample: Tensor, cells: Tensor, width: int) -> Tensor:
     """(B, n) per-sample scores summed per cell: (B, width)."""
     out = torch.zeros((per_sample.shape[0], width), dtype=torch.float64, device=per_sample.device)
     return out.index_add_(1, cells, per_sample.to(torch.float64))
+
+
+def score_params(
+    model: nn.Module, params: Mapping[str, Tensor] | None, x: Tensor, y: Tensor, metric: Metric
+) -> float:
+    """The utility of one model: `metric`'s mean over (x, y) with `params` substituted (the model's own
+    weights with None), as a round game scores a coalition."""
+    logits = predict(model, params, x)
+    cells = torch.zeros(len(y), dtype=torch.int64, device=logits.device)
+    return float(score_logits(logits[None], y.to(logits.device), metric, cells, 1).sum().item()) / max(
+        len(y), 1
+    )
