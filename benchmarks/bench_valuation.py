@@ -185,7 +185,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu", help="where round games compute: cpu | cuda[:N] | auto")
-    parser.add_argument("--precision", default="fp32", help="fp32 | tf32 | bf16 (see docs/valuation.md)")
+    parser.add_argument("--precision", default="fp32", help="fp32 | tf32 | bf16 (see docs/performance.md)")
     gpu_exact.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.repeats is None:

@@ -76,8 +76,7 @@ def noise_model(values: FloatArray, mask: BoolArray, model: Model | None, seed: 
     sized from the residuals, and a model that predicts held-out entries as well as another while it
     leaves a structure in the run (the first round's gains, ten times the others', which a model of
     round levels plus member offsets cannot hold) counts that structure as noise; on the cross-silo
-    federation that stated 1.4-3.2x the errors in 5 runs of 32 (docs/valuation.md, "The noise
-    model's choice, a third time")."""
+    federation that stated 1.4-3.2x the errors in 5 runs of 32 (docs/decisions/0004-error-model.md)."""
     rounds, members = int(mask.any(axis=1).sum()), int(mask.any(axis=0).sum())
     observed = float(mask.sum())
     limit = NOISE_PARAMETERS * observed

@@ -39,7 +39,7 @@ class ValuationSpec:
     eps, delta, utility_range: without `budget`, the budget is the evaluations that permutation
         sampling needs for P(max_i |s_i_hat - s_i| <= eps) >= 1 - delta by Hoeffding, valid when
         max U - min U <= utility_range. That guarantee is proved for "permutation" and
-        "group_testing" only; docs/valuation.md gives the coverage measured for the others.
+        "group_testing" only; docs/estimators.md gives the coverage measured for the others.
     target_stderr: an accuracy target instead of a budget (absolute, in the utility's units): a
         sampling method runs with growing budgets until every value's standard error is at most this
         (target.ToTarget), within `max_evaluations`; "auto" is exact whenever 2^m evaluations take at
