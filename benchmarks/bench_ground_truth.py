@@ -38,6 +38,7 @@ from fedsv.app.canonical import RETRAINING, federation_canonical
 from fedsv.app.demo import DemoConfig, TrainedRound, run_demo
 from fedsv.fl.ranks import participant_id
 from fedsv.valuation.accounting.verdict import owners_verdict
+from fedsv.valuation.errors.rerun_check import shares
 from fedsv.valuation.estimators.exact import ExactShapley
 from fedsv.valuation.round.reconstructed import ReconstructedRun
 
@@ -65,11 +66,6 @@ class Scores:
     spearman: float
     error: float  # mean absolute share error, in points
     underpaid: int  # members worth >= 0.5/N canonically, paid < 0.5/N
-
-
-def shares_of(values: np.ndarray) -> np.ndarray:
-    paid = np.maximum(values, 0.0)
-    return paid / paid.sum() if paid.sum() > 0 else np.zeros(len(values))
 
 
 def canonical(name: str, settings: dict, seeds: int, cache: Path) -> Canonical:
@@ -130,7 +126,7 @@ def run(settings: dict, fraction: float, seed: int, truth: np.ndarray) -> Run:
     ids = [participant_id(r) for r in range(len(truth))]
     totals = {**valuation.totals(), "reconstructed": reconstructed(trained, ids, config)}
     scores = {
-        name: score(shares_of(np.array([totals[name].get(p, 0.0) for p in ids])), truth) for name in VALUES
+        name: score(shares(np.array([[totals[name].get(p, 0.0) for p in ids]]))[0], truth) for name in VALUES
     }
     errors = valuation.between_errors()[VERDICT]
     found = owners_verdict(totals[VERDICT], {p: errors.get(p) for p in totals[VERDICT]}, [])

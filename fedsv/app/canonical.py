@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fedsv.app.demo import DemoConfig, demo_rounds
-from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import to_tensors
 from fedsv.fl.ranks import participant_id
 from fedsv.settings.choices import NormPolicy
@@ -36,12 +35,9 @@ def coalition_score(config: DemoConfig, coalition: frozenset[int]) -> float:
         last = trained
     if last is None:
         raise ValueError("the canonical value needs at least one round")
-    final = (
-        aggregate(last.params, last.updates, last.round, last.game.aggregation)
-        if last.updates
-        else last.params
+    return score_params(
+        last.model, last.after, *to_tensors(last.validation.x, last.validation.y), task.metric
     )
-    return score_params(last.model, final, *to_tensors(last.validation.x, last.validation.y), task.metric)
 
 
 def federation_canonical(config: DemoConfig, seeds: Sequence[int]) -> CanonicalValues:

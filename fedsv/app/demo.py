@@ -73,6 +73,7 @@ class TrainedRound:
     game: GameSettings
     selected: list[str]  # the round's selection: some may have been turned away by the guard
     quarantined: list[str]  # those the guard held back (fedsv.fl.reputation): valued, not aggregated
+    after: dict[str, Tensor]  # w_{t+1}, the model the round made (the next round's params)
 
 
 def demo_rounds(
@@ -84,7 +85,7 @@ def demo_rounds(
     The same seeded draws, local training, norm bound and aggregation as the coordinator, so a `fedsv
     launch` of the same settings trains the same models. With `coalition`, only those ranks train, every
     one in every round, each with the training seeds it has in the run (the canonical value retrains a
-    coalition so); a round whose every update the guard turns away leaves the model as it was.
+    coalition so).
     """
     task = config.load_task()
     model = task.build_model(config.seed)
@@ -125,14 +126,14 @@ def demo_rounds(
             updates, config.norm_bound(), config.guard(), memory, declared, referee, global_params
         )
         updates = guarded.updates  # as the coordinator screens them
-        if not updates and coalition is None:
+        if not updates:
             raise ValueError(f"every update of round {t} was over update_norm_bound")
         chosen = [participant_id(r) for r in selected]
+        after = aggregate(global_params, updates, t, game.aggregation)
         trained = TrainedRound(
-            t, global_params, updates, model, validation, game, chosen, sorted(guarded.held)
+            t, global_params, updates, model, validation, game, chosen, sorted(guarded.held), after
         )
-        if updates:
-            global_params = aggregate(global_params, updates, t, game.aggregation)
+        global_params = after
         accuracy = math.nan if test is None else evaluate(model, global_params, test.x, test.y)[0]
         yield trained, accuracy
 

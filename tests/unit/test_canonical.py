@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from fedsv.app.canonical import RETRAINING, coalition_score, federation_canonical
 from fedsv.app.demo import DemoConfig, demo_rounds
@@ -60,6 +61,7 @@ def test_a_coalition_is_retrained_as_the_run_trains_and_every_member_in_every_ro
     rounds = list(demo_rounds(full.model_copy(update=RETRAINING)))
     last = rounds[-1][0]
     final = aggregate(last.params, last.updates, last.round, last.game.aggregation)
+    assert all(torch.equal(final[k], last.after[k]) for k in final)  # the round's own model
     run_score = evaluate(last.model, final, last.validation.x, last.validation.y)[0]
     assert coalition_score(full, frozenset({0, 1})) == pytest.approx(run_score)
     # the empty coalition is the initial model
