@@ -20,9 +20,10 @@ from fedsv.fl.state import params_of
 from fedsv.fl.update_guard import GuardMemory, guard_updates
 from fedsv.fl.updates import ClientUpdate
 from fedsv.pipeline.valuers import InlineValuer, RoundInputs
+from fedsv.settings import process_settings as ps  # the settings' declarations
 from fedsv.settings.choices import Draw
 from fedsv.settings.run import RunConfig
-from fedsv.settings.schema import setting
+from fedsv.settings.schema import DECLARED
 from fedsv.task.colluders import colluding_update, members
 from fedsv.task.interface import TrainContext
 from fedsv.task.sources import evaluation_samples, rank_samples, rank_source
@@ -34,7 +35,7 @@ from fedsv.valuation.round_valuation import GameSettings
 class DemoConfig(RunConfig):
     """A run's settings (every RunConfig field, as for `fedsv launch`) plus two demo shortcuts."""
 
-    data: str = setting("data")
+    data: ps.data = DECLARED
     noisy: int = Field(default=0, description="the first K ranks train on corrupted data", ge=0)
     corruption: str = Field(default="flip:0.5", description="corruption of the noisy ranks")
 

@@ -20,10 +20,10 @@ from fedsv.fl.device import resolve_device
 from fedsv.fl.ranks import block_of
 from fedsv.ledger import LEDGER_FILE, Ledger, RoundRecord
 from fedsv.security import certs
-from fedsv.settings.choices import ValuationSchedule
+from fedsv.settings import process_settings as ps  # the settings' declarations
 from fedsv.settings.model import ConfigModel
 from fedsv.settings.run import RunConfig
-from fedsv.settings.schema import setting
+from fedsv.settings.schema import DECLARED, changed
 from fedsv.valuation.accounting.rounds import valuation_time
 
 logger = logging.getLogger(__name__)
@@ -36,13 +36,13 @@ class LaunchError(Exception):
 class LaunchConfig(ConfigModel):
     """How `fedsv launch` places the run on this machine."""
 
-    out: str = setting("out")
-    data: str = setting("data")
-    processes: int = setting("processes")
-    threads: int = setting("threads")
-    round_timeout: float = setting("round_timeout")
-    metrics_port: int = setting(
-        "metrics_port", default=0, why="an ephemeral port, so that runs on one machine never collide"
+    out: ps.out = DECLARED
+    data: ps.data = DECLARED
+    processes: ps.processes = DECLARED
+    threads: ps.threads = DECLARED
+    round_timeout: ps.round_timeout = DECLARED
+    metrics_port: ps.metrics_port = changed(
+        ps.metrics_port, 0, why="an ephemeral port, so that runs on one machine never collide"
     )
     timeout: float = Field(
         default=3600.0,
@@ -51,10 +51,10 @@ class LaunchConfig(ConfigModel):
         le=MAX_SECONDS,
         allow_inf_nan=False,
     )
-    linger: float = setting("linger")
-    valuation_schedule: ValuationSchedule = setting("valuation_schedule")
-    device: str = setting("device")
-    insecure: bool = setting("insecure")
+    linger: ps.linger = DECLARED
+    valuation_schedule: ps.valuation_schedule = DECLARED
+    device: ps.device = DECLARED
+    insecure: ps.insecure = DECLARED
 
     @model_validator(mode="after")
     def _check_launch(self) -> LaunchConfig:

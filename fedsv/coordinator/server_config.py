@@ -4,44 +4,44 @@ from __future__ import annotations
 
 from pydantic import model_validator
 
-from fedsv.settings.choices import Precision, ValuationSchedule
+from fedsv.settings import process_settings as ps  # the settings' declarations
 from fedsv.settings.model import ConfigModel
-from fedsv.settings.schema import setting
+from fedsv.settings.schema import DECLARED
 from fedsv.wire.limits import MAX_CHUNK_BYTES, MIN_CHUNK_BYTES
 
 
 class ServerConfig(ConfigModel):
     """Where and how the coordinator serves; may change between restarts of a run."""
 
-    state_dir: str = setting("state_dir")
-    host: str = setting("host")
-    port: int = setting("port")
-    metrics_port: int = setting("metrics_port")
-    port_file: str = setting("port_file")
-    round_timeout: float = setting("round_timeout")
-    quorum: float = setting("quorum")
-    quorum_wait: float = setting("quorum_wait")
-    join_timeout: float = setting("join_timeout")
-    max_chunk_bytes: int = setting("max_chunk_bytes")
-    max_update_bytes: int = setting("max_update_bytes")
-    credential: str = setting("credential")
-    tls_dir: str = setting("tls_dir")
-    tls_client_auth: bool = setting("tls_client_auth")
-    insecure: bool = setting("insecure")
-    tokens_file: str = setting("tokens_file")
-    health_port: int = setting("health_port")
-    max_tensors: int = setting("max_tensors")
-    valuation_schedule: ValuationSchedule = setting("valuation_schedule")
-    valuation_device: str = setting("valuation_device")
-    valuation_precision: Precision = setting("valuation_precision")
-    valuation_backlog_bytes: int = setting("valuation_backlog_bytes")
-    valuation_threads: int = setting("valuation_threads")
-    max_samples_per_participant: int = setting("max_samples_per_participant")
-    max_streams_per_participant: int = setting("max_streams_per_participant")
-    max_participants: int = setting("max_participants")
-    header_timeout: float = setting("header_timeout")
-    end_grace: float = setting("end_grace")
-    linger: float = setting("linger")
+    state_dir: ps.state_dir = DECLARED
+    host: ps.host = DECLARED
+    port: ps.port = DECLARED
+    metrics_port: ps.metrics_port = DECLARED
+    port_file: ps.port_file = DECLARED
+    round_timeout: ps.round_timeout = DECLARED
+    quorum: ps.quorum = DECLARED
+    quorum_wait: ps.quorum_wait = DECLARED
+    join_timeout: ps.join_timeout = DECLARED
+    max_chunk_bytes: ps.max_chunk_bytes = DECLARED
+    max_update_bytes: ps.max_update_bytes = DECLARED
+    credential: ps.credential = DECLARED
+    tls_dir: ps.tls_dir = DECLARED
+    tls_client_auth: ps.tls_client_auth = DECLARED
+    insecure: ps.insecure = DECLARED
+    tokens_file: ps.tokens_file = DECLARED
+    health_port: ps.health_port = DECLARED
+    max_tensors: ps.max_tensors = DECLARED
+    valuation_schedule: ps.valuation_schedule = DECLARED
+    valuation_device: ps.valuation_device = DECLARED
+    valuation_precision: ps.valuation_precision = DECLARED
+    valuation_backlog_bytes: ps.valuation_backlog_bytes = DECLARED
+    valuation_threads: ps.valuation_threads = DECLARED
+    max_samples_per_participant: ps.max_samples_per_participant = DECLARED
+    max_streams_per_participant: ps.max_streams_per_participant = DECLARED
+    max_participants: ps.max_participants = DECLARED
+    header_timeout: ps.header_timeout = DECLARED
+    end_grace: ps.end_grace = DECLARED
+    linger: ps.linger = DECLARED
 
     @model_validator(mode="after")
     def _check_server(self) -> ServerConfig:

@@ -7,31 +7,33 @@ from pydantic import model_validator
 from fedsv.config.checks import check_address, require
 from fedsv.fl.device import resolve_device
 from fedsv.participant.local import LocalSettings
+from fedsv.settings import process_settings as ps  # the settings' declarations
+from fedsv.settings import run_settings as rs  # the settings' declarations
 from fedsv.settings.model import ConfigModel
-from fedsv.settings.schema import setting
+from fedsv.settings.schema import DECLARED, changed
 
 
 class ParticipantConfig(ConfigModel):
     """A participant process's settings: where the coordinator is, which ranks, how to reach it, what
     data and device its ranks train with. Flags, files and FEDSV_* variables come from these fields."""
 
-    coordinator: str = setting("coordinator")
-    rank: int | None = setting("rank")
-    world_size: int | None = setting("world_size")
-    ranks: str | None = setting("ranks")
-    ranks_per_process: int | None = setting("ranks_per_process")
-    credential: str = setting("credential")
-    tls_dir: str = setting("tls_dir")
-    insecure: bool = setting("insecure")
-    tokens_file: str = setting("tokens_file")
-    tls_server_name: str = setting("tls_server_name")
-    task: str = setting("task")
-    data: str = setting("data")
-    data_dir: str = setting("data_dir")
-    device: str = setting("device", default="cpu", why="a participant trains on the CPU unless told")
-    threads: int = setting("threads", default=1, why="one torch thread trains deterministically")
-    training_threads: int = setting("training_threads")
-    give_up_after: float = setting("give_up_after")
+    coordinator: ps.coordinator = DECLARED
+    rank: ps.rank = DECLARED
+    world_size: ps.world_size = DECLARED
+    ranks: ps.ranks = DECLARED
+    ranks_per_process: ps.ranks_per_process = DECLARED
+    credential: ps.credential = DECLARED
+    tls_dir: ps.tls_dir = DECLARED
+    insecure: ps.insecure = DECLARED
+    tokens_file: ps.tokens_file = DECLARED
+    tls_server_name: ps.tls_server_name = DECLARED
+    task: rs.task = DECLARED
+    data: ps.data = DECLARED
+    data_dir: rs.data_dir = DECLARED
+    device: ps.device = changed(ps.device, "cpu", why="a participant trains on the CPU unless told")
+    threads: ps.threads = changed(ps.threads, 1, why="one torch thread trains deterministically")
+    training_threads: ps.training_threads = DECLARED
+    give_up_after: ps.give_up_after = DECLARED
 
     @model_validator(mode="after")
     def _check_participant(self) -> ParticipantConfig:

@@ -15,19 +15,13 @@ from fedsv.fl.ranks import parse_ranks
 from fedsv.fl.selection import Selector
 from fedsv.fl.update_bounds import NormBound
 from fedsv.fl.update_guard import GuardSettings
+from fedsv.settings import run_settings as rs  # the settings' declarations
 from fedsv.settings.choices import (
-    Aggregation,
-    Dataset,
     Draw,
-    Metric,
-    ModelName,
-    NormPolicy,
-    Partition,
-    ValidationFrom,
     ValuationMethod,
 )
 from fedsv.settings.model import ConfigModel
-from fedsv.settings.schema import added_later, earlier_value, setting
+from fedsv.settings.schema import DECLARED, added_later, earlier_value
 from fedsv.task.interface import LoadedTask
 from fedsv.task.sources import SimulationSettings, run_task
 from fedsv.valuation import ValuationSpec
@@ -49,50 +43,50 @@ the norm bound over the round's own norms, no direction check, no quarantine (th
 class RunConfig(ConfigModel):
     """What a run trains and how it is valued; identical on every restart of the run."""
 
-    participants: int = setting("participants")
-    fraction: float = setting("fraction")
-    rounds: int = setting("rounds")
-    seed: int = setting("seed")
-    task: str = setting("task")
-    validation_data: str = setting("validation_data")
-    test_data: str = setting("test_data")
-    dataset: Dataset = setting("dataset")
-    data_dir: str = setting("data_dir")
-    partition: Partition = setting("partition")
-    model: ModelName = setting("model")
-    epochs: int = setting("epochs")
-    batch_size: int = setting("batch_size")
-    lr: float = setting("lr")
-    validation_size: int = setting("validation_size")
-    metric: Metric = setting("metric")
-    validation_from: ValidationFrom = setting("validation_from")
-    test_size: int = setting("test_size")
-    valuation: ValuationMethod = setting("valuation")
-    eps: float = setting("eps")
-    delta: float = setting("delta")
-    valuation_budget: int = setting("valuation_budget")
-    valuation_target_stderr: float = setting("valuation_target_stderr")
-    valuation_noise_fraction: float = setting("valuation_noise_fraction")
-    valuation_surrogate: bool = setting("valuation_surrogate")
-    valuation_merge_redundant: bool = setting("valuation_merge_redundant")
-    valuation_exact_seconds: float = setting("valuation_exact_seconds")
-    valuation_max_evaluations: int = setting("valuation_max_evaluations")
-    valuation_budget_seconds: float = setting("valuation_budget_seconds")
-    aggregation: Aggregation = setting("aggregation")
-    aggregation_trim: float = setting("aggregation_trim")
-    aggregation_byzantine: int = setting("aggregation_byzantine")
-    aggregation_keep: int = setting("aggregation_keep")
-    update_norm_policy: NormPolicy = setting("update_norm_policy")
-    update_norm_bound: float = setting("update_norm_bound")
-    update_norm_multiple: float = setting("update_norm_multiple")
-    update_norm_reject_multiple: float = setting("update_norm_reject_multiple")
-    update_count_multiple: float = setting("update_count_multiple")
-    update_direction: bool = setting("update_direction")
-    update_norm_history: int = setting("update_norm_history")
-    update_quarantine: bool = setting("update_quarantine")
-    corrupt: str = setting("corrupt")
-    draw: Draw = setting("draw")
-    selection: str = setting("selection")
+    participants: rs.participants = DECLARED
+    fraction: rs.fraction = DECLARED
+    rounds: rs.rounds = DECLARED
+    seed: rs.seed = DECLARED
+    task: rs.task = DECLARED
+    validation_data: rs.validation_data = DECLARED
+    test_data: rs.test_data = DECLARED
+    dataset: rs.dataset = DECLARED
+    data_dir: rs.data_dir = DECLARED
+    partition: rs.partition = DECLARED
+    model: rs.model = DECLARED
+    epochs: rs.epochs = DECLARED
+    batch_size: rs.batch_size = DECLARED
+    lr: rs.lr = DECLARED
+    validation_size: rs.validation_size = DECLARED
+    metric: rs.metric = DECLARED
+    validation_from: rs.validation_from = DECLARED
+    test_size: rs.test_size = DECLARED
+    valuation: rs.valuation = DECLARED
+    eps: rs.eps = DECLARED
+    delta: rs.delta = DECLARED
+    valuation_budget: rs.valuation_budget = DECLARED
+    valuation_target_stderr: rs.valuation_target_stderr = DECLARED
+    valuation_noise_fraction: rs.valuation_noise_fraction = DECLARED
+    valuation_surrogate: rs.valuation_surrogate = DECLARED
+    valuation_merge_redundant: rs.valuation_merge_redundant = DECLARED
+    valuation_exact_seconds: rs.valuation_exact_seconds = DECLARED
+    valuation_max_evaluations: rs.valuation_max_evaluations = DECLARED
+    valuation_budget_seconds: rs.valuation_budget_seconds = DECLARED
+    aggregation: rs.aggregation = DECLARED
+    aggregation_trim: rs.aggregation_trim = DECLARED
+    aggregation_byzantine: rs.aggregation_byzantine = DECLARED
+    aggregation_keep: rs.aggregation_keep = DECLARED
+    update_norm_policy: rs.update_norm_policy = DECLARED
+    update_norm_bound: rs.update_norm_bound = DECLARED
+    update_norm_multiple: rs.update_norm_multiple = DECLARED
+    update_norm_reject_multiple: rs.update_norm_reject_multiple = DECLARED
+    update_count_multiple: rs.update_count_multiple = DECLARED
+    update_direction: rs.update_direction = DECLARED
+    update_norm_history: rs.update_norm_history = DECLARED
+    update_quarantine: rs.update_quarantine = DECLARED
+    corrupt: rs.corrupt = DECLARED
+    draw: rs.draw = DECLARED
+    selection: rs.selection = DECLARED
 
     @model_validator(mode="after")
     def _check_run(self) -> RunConfig:

@@ -1,50 +1,56 @@
-"""Every setting's one declaration by name (a pydantic field), and the field a config class takes from it."""
+"""Every setting's one declaration by name (from its `Annotated` alias), and a changed default's field."""
 
 from __future__ import annotations
 
-import copy
 from enum import Enum
-from typing import Any
+from types import ModuleType
+from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
+from fedsv.settings import process_settings, run_settings
 from fedsv.settings.errors import SettingsError, one_line
-from fedsv.settings.process_settings import PROCESS_SETTINGS
-from fedsv.settings.run_settings import RUN_SETTINGS
-
-_UNSET: Any = object()
 
 
-def _registry() -> dict[str, FieldInfo]:
-    both = set(RUN_SETTINGS) & set(PROCESS_SETTINGS)
-    if both:
-        raise RuntimeError(f"settings declared twice: {sorted(both)}")
-    declared = {**RUN_SETTINGS, **PROCESS_SETTINGS}
-    assert all(isinstance(field, FieldInfo) for field in declared.values())
-    return declared
+def _declared(*modules: ModuleType) -> dict[str, Any]:
+    """The settings' aliases of `modules`: each module-level `name: TypeAlias = Annotated[..., Field(...)]`
+    with a description (a shared range such as kinds.Seconds has none, and is no setting)."""
+    found: dict[str, Any] = {}
+    for module in modules:
+        for name, alias in vars(module).items():
+            if name.startswith("_") or get_origin(alias) is not Annotated:
+                continue
+            fields = [m for m in get_args(alias)[1:] if isinstance(m, FieldInfo)]
+            if not any(f.description for f in fields):
+                continue
+            if name in found:
+                raise RuntimeError(f"setting {name!r} declared twice")
+            found[name] = alias
+    return found
 
 
-SCHEMA: dict[str, FieldInfo] = _registry()
-"""Every declared setting by name: its default, range (pydantic's constraints) and description."""
+ALIASES: dict[str, Any] = _declared(run_settings, process_settings)
+"""Every declared setting's alias by name: `rs.rounds` is ALIASES["rounds"]."""
+
+SCHEMA: dict[str, FieldInfo] = {name: FieldInfo.from_annotation(alias) for name, alias in ALIASES.items()}
+"""Every declared setting by name: its type, default, range (pydantic's constraints) and description."""
 
 
-def setting(name: str, *, default: Any = _UNSET, why: str = "") -> Any:
-    """The pydantic field of setting `name` for a config class: its declared default, range and help.
+DECLARED: Any = PydanticUndefined
+"""A config class's field at its alias's declared default: `rounds: rs.rounds = DECLARED` (pydantic reads the
+default inside the alias; the assignment tells type checkers that the field has one)."""
 
-    A class whose users need another default passes it with `why`, which help then shows; a changed
-    default without a reason is an error (tests/unit/test_settings_schema.py also looks for them)."""
-    declared = SCHEMA[name]
-    value = declared.default if default is _UNSET else default
-    if value != declared.default and not why:
-        raise ValueError(f"setting {name!r}: a default other than {declared.default!r} needs a reason (why=)")
-    field = copy.deepcopy(declared)  # each class its own field: pydantic completes the one it is given
-    if why:
-        shown = value.value if isinstance(value, Enum) else value
-        field.default = value
-        field.description = f"{declared.description}; {shown!r} here: {why}"
-        field._attributes_set.update(default=value, description=field.description)
-    return field
+
+def changed(alias: Any, value: Any, *, why: str) -> Any:
+    """The field of a config class whose users need another default than its alias declares: `value`,
+    with `why` in its help (`fraction: rs.fraction = changed(rs.fraction, 0.25, why=...)`)."""
+    declared = FieldInfo.from_annotation(alias)
+    if not why:
+        raise ValueError(f"a default other than {declared.default!r} needs a reason (why=)")
+    shown = value.value if isinstance(value, Enum) else value
+    return Field(default=value, description=f"{declared.description}; {shown!r} here: {why}")
 
 
 def setting_list(name: str, *, default: str, only: tuple[Enum, ...] = (), note: str = "") -> Any:
@@ -68,8 +74,7 @@ def added_later(name: str) -> bool:
 def checked_setting(name: str, value: Any) -> Any:
     """`value` checked against setting `name`'s declared type and range (a command that takes one
     setting on its own, e.g. `fedsv certs --participants`); SettingsError in one line otherwise."""
-    field: dict[str, Any] = {name: (type(SCHEMA[name].default), setting(name))}
-    model = create_model("OneSetting", **field)
+    model = create_model("OneSetting", **{name: ALIASES[name]})
     try:
         return getattr(model.model_validate({name: value}), name)
     except ValidationError as exc:
@@ -90,11 +95,13 @@ def declared_default(name: str) -> Any:
 
 
 __all__ = [
+    "ALIASES",
+    "DECLARED",
     "SCHEMA",
     "added_later",
+    "changed",
     "checked_setting",
     "declared_default",
     "earlier_value",
-    "setting",
     "setting_list",
 ]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import Field
+from pydantic_core import PydanticUndefined
 
 import fedsv
 from fedsv.app.cli import DemoSettings, LaunchSettings
@@ -22,9 +23,11 @@ from fedsv.coordinator.server_config import ServerConfig
 from fedsv.ledger import Ledger, LedgerError
 from fedsv.participant.__main__ import ParticipantSettings
 from fedsv.participant.config import ParticipantConfig
+from fedsv.settings import process_settings, run_settings
+from fedsv.settings.model import ConfigModel
 from fedsv.settings.run import RunConfig
 from fedsv.settings.run_spec import CARRIED, from_run_spec, to_run_spec
-from fedsv.settings.schema import SCHEMA, added_later, declared_default, setting
+from fedsv.settings.schema import ALIASES, DECLARED, SCHEMA, added_later, changed
 from fedsv.settings.sources import ENV_PREFIX, ProcessSettings, add_settings, load_settings
 
 PACKAGE = Path(fedsv.__file__).parent
@@ -35,128 +38,87 @@ PROCESSES: list[type[ProcessSettings]] = [
 """The one settings model of each process: `python -m fedsv.coordinator`, `python -m fedsv.participant`,
 `fedsv launch`, `fedsv demo`, `fedsv study`."""
 
-LIBRARY_API = {
-    ("ValuationSpec", "eps"): "fedsv.valuation's own API, used without a run",
-    ("ValuationSpec", "delta"): "fedsv.valuation's own API, used without a run",
-    ("ValuationSpec", "seed"): "fedsv.valuation's own API, used without a run",
-    ("Settings", "eps"): "an estimator's own settings (fedsv.valuation.estimators.estimator)",
-    ("Settings", "delta"): "an estimator's own settings (fedsv.valuation.estimators.estimator)",
-    ("Settings", "seed"): "an estimator's own settings (fedsv.valuation.estimators.estimator)",
-    ("GameSettings", "metric"): "fedsv.valuation's round game, used without a run",
-    ("TrainConfig", "lr"): "the task layer's local training, used by tasks without a run",
-    ("PaperTask", "model"): "the built-in task's own constructor",
-    ("PaperTask", "metric"): "the built-in task's own constructor",
-}
-"""Dataclasses below the settings that keep a default equal to a setting's: the libraries' own Python API.
-A run always passes the setting's value to them."""
 
-
-def _is_config_class(node: ast.ClassDef) -> bool:
-    """A dataclass or a pydantic model: a class whose fields may declare a setting."""
-    decorated = any("dataclass" in ast.unparse(decorator) for decorator in node.decorator_list)
-    return decorated or any(
-        ast.unparse(base).endswith(("Model", "Config", "Settings")) for base in node.bases
-    )
-
-
-def _uses(value: ast.expr, *names: str) -> bool:
-    return isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] in names
-
-
-def second_declarations(sources: dict[str, str]) -> list[str]:
-    """Where a setting's default or flag is declared outside the schema, in the given module sources."""
-    found: list[str] = []
-    plain_fields: dict[str, list[str]] = {}
-    for path, text in sources.items():
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("add_argument") and node.args:
-                first = node.args[0]
-                if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    name = first.value.lstrip("-").replace("-", "_")
-                    given = {k.arg: k.value for k in node.keywords}
-                    default = given.get("default")
-                    literal = ast.literal_eval(default) if isinstance(default, ast.Constant) else None
-                    if name in SCHEMA and literal == declared_default(name):
-                        found.append(
-                            f"{path}: flag --{first.value.lstrip('-')} repeats the setting's default"
-                        )
-            if not (isinstance(node, ast.ClassDef) and _is_config_class(node)):
-                continue
-            items = [i for i in node.body if isinstance(i, ast.AnnAssign) and isinstance(i.target, ast.Name)]
-            settings_class = any(
-                i.value is not None and _uses(i.value, "setting", "setting_list") for i in items
-            )
-            for item in items:
-                assert isinstance(item.target, ast.Name)
-                name, value = item.target.id, item.value
-                if value is None or _uses(value, "setting", "setting_list"):
-                    continue
-                where = f"{path}: {node.name}.{name}"
-                if name in SCHEMA and settings_class:
-                    found.append(f"{where} declares a setting again (use setting({name!r}))")
-                    continue
-                if settings_class and _uses(value, "field", "Field"):
-                    plain_fields.setdefault(name, []).append(where)
-                default_node: ast.expr = value
-                if isinstance(value, ast.Call) and _uses(value, "Field"):
-                    keywords = {k.arg: k.value for k in value.keywords}
-                    default_node = value.args[0] if value.args else keywords.get("default", value)
-                try:
-                    literal = ast.literal_eval(default_node)
-                except ValueError:
-                    continue
-                declared = declared_default(name) if name in SCHEMA else None
-                if name in SCHEMA and literal == declared and (node.name, name) not in LIBRARY_API:
-                    found.append(f"{where} = {literal!r} repeats the setting's default")
-    found += [f"{name} declared in {places}" for name, places in plain_fields.items() if len(places) > 1]
+def _config_classes() -> list[type[ConfigModel]]:
+    """Every config class (a ConfigModel below the processes' settings), the listed ones and any other."""
+    found, todo = [], list(ConfigModel.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if not issubclass(cls, ProcessSettings) and cls.__module__.startswith("fedsv."):
+            found.append(cls)
     return found
 
 
-def test_no_setting_is_declared_twice() -> None:
-    sources = {str(p.relative_to(PACKAGE)): p.read_text() for p in sorted(PACKAGE.rglob("*.py"))}
-    assert second_declarations(sources) == []
+def test_each_setting_is_declared_once_as_an_alias_named_for_it() -> None:
+    assert set(ALIASES) == set(SCHEMA) and len(SCHEMA) > 80
+    assert set(vars(run_settings)) & set(ALIASES) and set(vars(process_settings)) & set(ALIASES)
+    # an alias is a whole declaration: type, default and help (a shared range such as Seconds is not one)
+    for name, field in SCHEMA.items():
+        assert field.annotation is not None and field.description, name
+        assert field.default is not PydanticUndefined, name
+    assert "Seconds" not in SCHEMA and SCHEMA["round_timeout"].metadata == SCHEMA["give_up_after"].metadata
+    assert SCHEMA["rank"].annotation == int | None  # the type sits beside its default (None)
 
 
-@pytest.mark.parametrize(
-    "snippet",
-    [
-        "@dataclass\nclass X:\n    a: int = setting('rounds')\n    lr: float = field(default=0.1)\n",
-        "class X(ConfigModel):\n    a: int = setting('rounds')\n    lr: float = Field(0.1, gt=0)\n",
-        "class Holder(BaseModel):\n    validation_size: int = Field(1000, ge=1)\n",
-        "@dataclass\nclass Holder:\n    validation_size: int = 1000\n",
-        "parser.add_argument('--give-up-after', type=float, default=600.0)\n",
-        "parser.add_argument('--data-dir', default='')\n",
-        "@dataclass\nclass A:\n    a: int = setting('rounds')\n    knob: int = field(default=1)\n"
-        "@dataclass\nclass B:\n    b: int = setting('rounds')\n    knob: int = field(default=2)\n",
-        "class A(ConfigModel):\n    a: int = setting('rounds')\n    knob: int = Field(1)\n"
-        "class B(ConfigModel):\n    b: int = setting('rounds')\n    knob: int = Field(2)\n",
-    ],
-)
-def test_the_scan_finds_a_second_declaration(snippet: str) -> None:
-    assert second_declarations({"x.py": snippet}), snippet
-
-
-def test_a_changed_default_needs_a_reason() -> None:
+def test_a_changed_default_needs_a_reason_and_says_it() -> None:
     with pytest.raises(ValueError, match="needs a reason"):
-        setting("rounds", default=7)
-    field = setting("rounds", default=7, why="a study")
-    assert field.default == 7 and "7 here: a study" in field.description
+        changed(run_settings.rounds, 7, why="")
+    field = changed(run_settings.rounds, 7, why="a study")
+    assert field.default == 7 and field.description == "training rounds T; 7 here: a study"
     assert SCHEMA["rounds"].default == 5  # the declaration itself is untouched
 
 
+def misdeclared(classes: list[type[ConfigModel]]) -> list[str]:
+    """Fields of `classes` named as a setting that are not that setting: another type, range or help, or
+    another default without its reason in help."""
+    found = []
+    for cls in classes:
+        for name, field in cls.model_fields.items():
+            if name not in SCHEMA or (field.description or "").startswith("a comma list of"):  # a sweep
+                continue
+            declared, where = SCHEMA[name], f"{cls.__name__}.{name}"
+            if (field.annotation, field.metadata) != (declared.annotation, declared.metadata):
+                found.append(f"{where}: not the setting's type and range")
+            elif field.default == declared.default and field.description != declared.description:
+                found.append(f"{where}: not the setting's help")
+            elif field.default != declared.default and not (
+                (field.description or "").startswith(f"{declared.description}; ")
+                and " here: " in (field.description or "")
+            ):
+                found.append(f"{where}: another default without its reason")
+    return found
+
+
 def test_every_declared_setting_is_used_and_every_config_field_is_one() -> None:
-    used = {name for cls in CONFIGS for name in cls.model_fields if name in SCHEMA}
+    classes = _config_classes()
+    assert set(CONFIGS) <= set(classes)
+    used = {name for cls in classes for name in cls.model_fields if name in SCHEMA}
     assert used == set(SCHEMA)
     for cls in (RunConfig, ServerConfig, ParticipantConfig):
         assert set(cls.model_fields) <= set(SCHEMA), cls
-    for cls in CONFIGS:  # a field named as a setting is the setting: its range and help, not a copy's
-        for name, field in cls.model_fields.items():
-            if name in SCHEMA and not field.description.startswith("a comma list of"):  # a study's sweep
-                assert field.metadata == SCHEMA[name].metadata, (cls, name)
-                assert field.description.startswith(SCHEMA[name].description), (cls, name)
+    assert misdeclared(classes) == []
     for process in PROCESSES:  # each process's one model holds every field of its configs
         bases = [base for base in process.__mro__ if base in CONFIGS]
         assert bases and set(process.model_fields) == set().union(*(b.model_fields for b in bases)), process
+
+
+def test_a_field_that_copies_a_setting_is_found() -> None:
+    class Copy(ConfigModel):
+        rounds: int = Field(default=5, description="training rounds T")  # no range: a copy
+
+    class Unexplained(ConfigModel):
+        rounds: run_settings.rounds = Field(default=7)  # another default, no reason
+
+    class Retold(ConfigModel):
+        rounds: run_settings.rounds = Field(default=5, description="rounds")  # its own help
+
+    class Explained(ConfigModel):
+        rounds: run_settings.rounds = changed(run_settings.rounds, 7, why="a study")
+        lr: run_settings.lr = DECLARED
+
+    assert [len(misdeclared([cls])) for cls in (Copy, Unexplained, Retold, Explained)] == [1, 1, 1, 0]
+    assert Explained().rounds == 7 and Explained().lr == 0.05
 
 
 # A valid value other than the default for every setting, and what else a class needs for it to be valid.

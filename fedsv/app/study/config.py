@@ -12,19 +12,18 @@ from fedsv.config.checks import MAX_SECONDS
 from fedsv.data import DatasetSplits, load_dataset
 from fedsv.data.corruptions import parse_corruption
 from fedsv.fl.device import resolve_device
+from fedsv.settings import process_settings as ps  # the settings' declarations
+from fedsv.settings import run_settings as rs  # the settings' declarations
 from fedsv.settings.choices import (
-    Dataset,
     Draw,
-    Metric,
     ModelName,
     NormPolicy,
     Partition,
-    ValidationFrom,
     ValuationMethod,
 )
 from fedsv.settings.model import ConfigModel
 from fedsv.settings.run import UNGUARDED, RunConfig
-from fedsv.settings.schema import setting, setting_list
+from fedsv.settings.schema import DECLARED, changed, setting_list
 
 STUDIES = ("noisy", "backdoor", "summarize")
 PARTITIONS = tuple(Partition)
@@ -54,32 +53,32 @@ _FLIP = {"embedded": 0.3, "cifar10": 0.03}
 class StudyConfig(ConfigModel):
     """One study: which settings, how many seeds, and the runs' shape; 0 / "" means the study's default."""
 
-    out: str = setting("out", default="", why="a study's runs go in runs/study-<study>")
+    out: ps.out = changed(ps.out, "", why="a study's runs go in runs/study-<study>")
     partition: str = setting_list("partition", default="iid,noniid")
     model: str = setting_list("model", default="", only=MODELS, note="'': mlp,cnn; summarize: mlp")
-    dataset: Dataset = setting("dataset")
-    data_dir: str = setting("data_dir")
+    dataset: rs.dataset = DECLARED
+    data_dir: rs.data_dir = DECLARED
     seeds: int = Field(
         default=0, description="seeds per setting (0: noisy/backdoor 3, summarize 1)", ge=0, le=10_000
     )
-    seed: int = setting("seed")
+    seed: rs.seed = DECLARED
     quick: bool = Field(
         default=False,
         description="small runs for tests: N=20, C=0.25, 8 rounds, 500 validation, 2 seeds (< 1 min)",
     )
-    participants: int = setting("participants")
-    fraction: float = setting("fraction", default=0.25, why="the studies' figures select 5 of 20 each round")
-    rounds: int = setting("rounds", default=10, why="the studies' figures are of 10 rounds")
-    draw: Draw = setting("draw", default=Draw.INDEPENDENT, why="the paper draws each round afresh")
-    epochs: int = setting("epochs")
-    batch_size: int = setting("batch_size")
-    lr: float = setting("lr")
-    validation_size: int = setting("validation_size")
-    validation_from: ValidationFrom = setting("validation_from")
-    test_size: int = setting("test_size")
-    metric: Metric = setting("metric")
-    valuation: ValuationMethod = setting(
-        "valuation", default=ValuationMethod.EXACT, why="the studies' figures are of exact values"
+    participants: rs.participants = DECLARED
+    fraction: rs.fraction = changed(rs.fraction, 0.25, why="the studies' figures select 5 of 20 each round")
+    rounds: rs.rounds = changed(rs.rounds, 10, why="the studies' figures are of 10 rounds")
+    draw: rs.draw = changed(rs.draw, Draw.INDEPENDENT, why="the paper draws each round afresh")
+    epochs: rs.epochs = DECLARED
+    batch_size: rs.batch_size = DECLARED
+    lr: rs.lr = DECLARED
+    validation_size: rs.validation_size = DECLARED
+    validation_from: rs.validation_from = DECLARED
+    test_size: rs.test_size = DECLARED
+    metric: rs.metric = DECLARED
+    valuation: rs.valuation = changed(
+        rs.valuation, ValuationMethod.EXACT, why="the studies' figures are of exact values"
     )
     bad_fraction: float = Field(
         default=0.0, description="fraction of corrupted participants (0: noisy 0.2, backdoor 0.3)", ge=0, lt=1
@@ -106,9 +105,9 @@ class StudyConfig(ConfigModel):
             " backdoor:target=0,per_batch=20,batch_size=64+scale:10"
         ),
     )
-    update_norm_policy: NormPolicy = setting(
-        "update_norm_policy",
-        default=NormPolicy.CLIP,
+    update_norm_policy: rs.update_norm_policy = changed(
+        rs.update_norm_policy,
+        NormPolicy.CLIP,
         why="an update over the bound is clipped, not refused (none lets a boosted update through, as the "
         "paper's runs did)",
     )
@@ -122,8 +121,8 @@ class StudyConfig(ConfigModel):
     )
     draws: int = Field(default=3, description="random dismissal draws averaged (summarize)", ge=1, le=10_000)
     jobs: int = Field(default=0, description="runs launched at once (0: one per CPU core)", ge=0, le=4096)
-    processes: int = setting("processes", default=1, why="runs go side by side, one process each")
-    device: str = setting("device")
+    processes: ps.processes = changed(ps.processes, 1, why="runs go side by side, one process each")
+    device: ps.device = DECLARED
     run_timeout: float = Field(
         default=1800.0, description="seconds one run may take", gt=0, le=MAX_SECONDS, allow_inf_nan=False
     )
