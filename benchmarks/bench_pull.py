@@ -1,17 +1,15 @@
 """How far the shrunk value's pull lands from the truth, where the truth is known.
 
 Two tables of the mean squared error per member, in units of the noise's variance s^2 (1.00: the
-completed totals themselves, no pull), of fedsv.valuation.accounting.shrinkage's pull with James and
-Stein's degrees of freedom (STEIN = 2, the value since 2026-11-29) and with tau^2 at its plain estimate
-(STEIN = 0, the value before):
+completed totals themselves, no pull), of fedsv.valuation.accounting.shrinkage's pull (James and
+Stein's degrees of freedom, shrinkage.STEIN):
 
 - the pull alone: one group of k members given, their true totals spread by tau around a common level;
 - the pull within the verdict's groups, found from the totals as a run finds them
   (bagging.verdict_groups), k members whose true totals are evenly spaced `gap` s apart (0: equals):
-  the value now, averaged over the groups of BAGS reruns (each draw a fresh one of the noise, from
-  where bagging.AROUND starts them: bagging.bagged; a fifth of the draws, as it costs BAGS times as
-  much), and within the run's
-  own groups (the value before the averaging); beside them, James and Stein's pull
+  the recommended value, averaged over the groups of BAGS reruns (each draw a fresh one of the noise,
+  from where bagging.AROUND starts them: bagging.bagged; a fifth of the draws, as it costs BAGS times
+  as much), and within the run's own groups alone; beside them, James and Stein's pull
   towards every member (one group of all, whatever the verdict), which never does worse than no pull
   on average for k >= 4 (Stein's dominance).
 
@@ -33,11 +31,10 @@ SPREADS = (0.0, 0.5, 1.0, 2.0, 4.0)
 GAPS = (0.0, 0.5, 1.0, 2.0, 3.0)
 
 
-def risk(k: int, spread: float, stein: int, draws: int, seed: int) -> float:
+def risk(k: int, spread: float, draws: int, seed: int) -> float:
     """Mean squared error per member over `draws` groups, in units of the noise's variance."""
     rng = np.random.default_rng(seed)
     errors = np.ones(k)
-    shrinkage.STEIN = stein
     total = 0.0
     for _ in range(draws):
         truth = rng.normal(0.0, spread, k)
@@ -47,14 +44,11 @@ def risk(k: int, spread: float, stein: int, draws: int, seed: int) -> float:
     return total / draws
 
 
-def grouped_risk(
-    k: int, gap: float, stein: int, everyone: bool, draws: int, seed: int, bag: bool = False
-) -> float:
+def grouped_risk(k: int, gap: float, everyone: bool, draws: int, seed: int, bag: bool = False) -> float:
     """The same, members evenly spaced `gap` apart, pulled within the verdict's groups (`bag`: averaged
     over reruns' groups; or, `everyone`, towards all members as one group)."""
     rng = np.random.default_rng(seed)
     ids, errors, truth = [f"p{i:03d}" for i in range(k)], np.ones(k), gap * np.arange(k, dtype=np.float64)
-    shrinkage.STEIN = stein
     total = 0.0
     for _ in range(draws):
         totals = truth + rng.normal(0.0, 1.0, k)
@@ -73,32 +67,25 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=20000)
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, python {platform.python_version()}, {args.draws} draws a cell\n")
-    print("| k | tau / s | James-Stein (the value now) | tau^2 at its plain estimate | no pull (exact) |")
+    print("| k | tau / s | the pull (James-Stein) | no pull (exact) |")
+    print("|---|---|---|---|")
+    for k in SIZES:
+        for spread in SPREADS:
+            risked = risk(k, spread, args.draws, 1000 * k + int(10 * spread))
+            print(f"| {k} | {spread:g} | {risked:.3f} | 1.000 |", flush=True)
+    print("\n| k | gap / s | averaged over reruns' groups (recommended) | within the run's groups", end=" ")
+    print("| towards everyone |")
     print("|---|---|---|---|---|")
-    kept = shrinkage.STEIN
-    try:
-        for k in SIZES:
-            for spread in SPREADS:
-                seed = 1000 * k + int(10 * spread)
-                stein, plain = (risk(k, spread, s, args.draws, seed) for s in (2, 0))
-                print(f"| {k} | {spread:g} | {stein:.3f} | {plain:.3f} | 1.000 |", flush=True)
-        print(
-            "\n| k | gap / s | averaged over reruns' groups (now) | within the run's groups: James-Stein",
-            end=" ",
-        )
-        print("| plain estimate | towards everyone: James-Stein |")
-        print("|---|---|---|---|---|---|")
-        draws = max(args.draws // 10, 1)  # the verdict's test per draw costs more than the pull
-        for k in SIZES[1:]:
-            for gap in GAPS:
-                seed = 1000 * k + int(10 * gap)
-                found = [grouped_risk(k, gap, 2, False, max(draws // 5, 1), seed, bag=True)] + [
-                    grouped_risk(k, gap, stein, every, draws, seed)
-                    for stein, every in ((2, False), (0, False), (2, True))
-                ]
-                print(f"| {k} | {gap:g} | " + " | ".join(f"{x:.3f}" for x in found) + " |", flush=True)
-    finally:
-        shrinkage.STEIN = kept
+    draws = max(args.draws // 10, 1)  # the verdict's test per draw costs more than the pull
+    for k in SIZES[1:]:
+        for gap in GAPS:
+            seed = 1000 * k + int(10 * gap)
+            found = [
+                grouped_risk(k, gap, False, max(draws // 5, 1), seed, bag=True),
+                grouped_risk(k, gap, False, draws, seed),
+                grouped_risk(k, gap, True, draws, seed),
+            ]
+            print(f"| {k} | {gap:g} | " + " | ".join(f"{x:.3f}" for x in found) + " |", flush=True)
 
 
 if __name__ == "__main__":

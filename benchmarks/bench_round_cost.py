@@ -1,4 +1,4 @@
-"""What valuing one real round costs per model, and how close it gets: today's auto against the noise target.
+"""What valuing one real round costs per model, and how close `auto` gets to the exact values.
 
 Usage: python benchmarks/bench_round_cost.py [--cases mlp:10:1000,cnn:10:1000,...] [--fractions 0.5,1]
        [--seeds 1] [--resnet-train]
@@ -12,10 +12,6 @@ costs). The runs, side by side:
 - "exact": all 2^m coalitions (the reference; only where --exact allows), or beyond it "reference": a
   regression run of --reference coalitions (its own error is printed; it should be far below the
   others');
-- "auto before": fedsv as it was before the noise target (commit 18e2e64, its tree given by
-  --before-tree, run in a child process on the same round, side by side): exact when 2^m coalitions
-  take at most 120 s at the measured cost, else regression to a standard error of 0.002 with doubling
-  attempts. Without --before-tree, the same settings with today's code ("auto 0.002");
 - "auto f=F": the noise target: exact outright only within 10 s, else regression until each value's
   standard error is at most F of its own validation noise, finishing exact at half the coalitions;
   the sampler corrected by the round's linearized model where its first attempt finds that it helps
@@ -23,8 +19,8 @@ costs). The runs, side by side:
 - "f=F no surrogate": the same without the surrogate.
 
 Per run: seconds, coalitions evaluated (forward passes over the validation set), the method that
-ended, the largest |value - exact| and the largest |value - exact| / stated error, and the ratio of
-seconds to "auto before" of the same case. --resnet-train also times one participant's local
+ended, the largest |value - exact| and the largest |value - exact| / stated error, and the run's speed
+against exact (or the reference) of the same case. --resnet-train also times one participant's local
 training of the ResNet (5 epochs on 600 images, batch 32), the budget the issue sets its round's
 valuation. Prints the machine and its load first.
 """
@@ -33,10 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -52,9 +45,6 @@ from fedsv.task.training import TrainConfig, local_update
 from fedsv.valuation.accounting.rounds import RoundValues, value_round
 from fedsv.valuation.estimators.api import measure_cost
 from fedsv.valuation.estimators.spec import ValuationSpec
-
-BEFORE = ValuationSpec(target_stderr=0.002, exact_seconds=120.0)
-"""The run's valuation settings before the noise target (valuation_target_stderr 0.002, 120 s)."""
 
 CIFAR_SHAPED = ("cnn_cifar", "resnet18")
 
@@ -84,17 +74,7 @@ class Run:
     @classmethod
     def of(cls, label: str, seconds: float, values: RoundValues) -> Run:
         stderr = np.zeros(values.fedsv.shape) if values.stderr is None else values.stderr
-        choice = getattr(values, "choice", "")  # fedsv before 6b7f841 records none
-        return cls(label, seconds, values.method, values.evaluations, values.fedsv, stderr, choice)
-
-    def to_json(self) -> str:
-        data = {**dataclasses.asdict(self), "fedsv": self.fedsv.tolist(), "stderr": self.stderr.tolist()}
-        return json.dumps(data)
-
-    @classmethod
-    def from_json(cls, text: str) -> Run:
-        data = json.loads(text)
-        return cls(**{**data, "fedsv": np.asarray(data["fedsv"]), "stderr": np.asarray(data["stderr"])})
+        return cls(label, seconds, values.method, values.evaluations, values.fedsv, stderr, values.choice)
 
 
 def real_round(case: Case, train_samples: int | None) -> RealRound:
@@ -115,34 +95,6 @@ def value(rnd: RealRound, spec: ValuationSpec, label: str) -> Run:
     return Run.of(label, time.perf_counter() - started, values)
 
 
-def fingerprint(rnd: RealRound) -> float:
-    """A checksum of w_t and the deltas: the child's round must be the parent's."""
-    tensors = [*rnd.global_params.values(), *(t for d in rnd.deltas for t in d.values())]
-    return float(sum(float(t.double().abs().sum()) for t in tensors if t.is_floating_point()))
-
-
-def before_run(case: Case, seed: int, tree: str, train_samples: int | None, expect: float) -> Run:
-    """ "auto before", valued by the fedsv in `tree` in a child process, on the same round."""
-    command = [sys.executable, __file__, "--child", f"{case.model}:{case.m}:{case.validation}"]
-    command += ["--seed", str(seed)] + (
-        [] if train_samples is None else ["--train-samples", str(train_samples)]
-    )
-    env = {**os.environ, "PYTHONPATH": tree}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-    check, line = done.stdout.strip().splitlines()[-1].split(" ", 1)
-    if float(check) != expect:
-        raise SystemExit(f"the child trained another round ({check} != {expect}): not side by side")
-    return Run.from_json(line)
-
-
-def child(case: Case, seed: int, train_samples: int | None) -> int:
-    """What --child prints: the round's fingerprint and "auto before"'s run, as JSON, on one line."""
-    rnd = real_round(case, train_samples)
-    run = value(rnd, BEFORE.with_seed(seed), "auto before")
-    print(f"{fingerprint(rnd)!r} {run.to_json()}", flush=True)
-    return 0
-
-
 def specs(
     case: Case, fractions: list[float], exact: bool, reference: int, seed: int
 ) -> list[tuple[str, ValuationSpec]]:
@@ -160,7 +112,8 @@ def specs(
 
 
 def rows_of(case: Case, runs: list[Run], exact: np.ndarray | None) -> list[list[str]]:
-    before = statistics.median(r.seconds for r in runs if r.label in ("auto before", "auto 0.002"))
+    timed = [r.seconds for r in runs if r.label in ("exact", "reference")]
+    reference = statistics.median(timed) if timed else None
     rows = []
     for r in runs:
         err = np.abs(r.fedsv - exact) if exact is not None else None
@@ -175,7 +128,7 @@ def rows_of(case: Case, runs: list[Run], exact: np.ndarray | None) -> list[list[
             "-" if err is None or r.label in ("exact", "reference") or r.method == "exact"
             else f"{(err / stated).max():.1f}",
             f"{r.stderr.max():.4f}",
-            f"{before / r.seconds:.2f}x",
+            "-" if reference is None else f"{reference / r.seconds:.2f}x",
         ])  # fmt: skip
     return rows
 
@@ -205,17 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--train-samples", type=int, default=None, help="train the round on fewer images")
     parser.add_argument("--resnet-train", action="store_true")
-    parser.add_argument("--before-tree", default=None, help="a folder holding fedsv as of commit 18e2e64")
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
-    if args.child:
-        return child(Case.parse(args.child), args.seed, args.train_samples)
     print(f"machine: {machine()}; load {load_average()}", flush=True)
     fractions = [float(f) for f in args.fractions.split(",") if f]
     header = ["case", "run", "ended", "s", "coalitions", "max err", "max err/stated", "max stated",
-              "speed vs before"]  # fmt: skip
+              "speed vs exact"]  # fmt: skip
     table: list[list[str]] = []
     for case in map(Case.parse, filter(None, args.cases.split(","))):
         rnd = real_round(case, args.train_samples)
@@ -223,14 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         exact = None
         for seed in range(args.seeds):
             first = seed == 0
-            if args.before_tree:
-                run = before_run(case, seed, args.before_tree, args.train_samples, fingerprint(rnd))
-                runs.append(run)
-                print(f"  {case} auto before seed {seed} (18e2e64): {run.method}, {run.evaluations} "
-                      f"coalitions, {run.seconds:.1f} s", flush=True)  # fmt: skip
             named = specs(case, fractions, case.m <= args.exact and first, args.reference * first, seed)
-            if not args.before_tree:
-                named.insert(len(named) - len(fractions), ("auto 0.002", BEFORE.with_seed(seed)))
             for label, spec in named:
                 run = value(rnd, spec, label)
                 runs.append(run)
@@ -248,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"ResNet-18 local training, 5 epochs on 600 images: {resnet_training_seconds():.1f} s", flush=True
         )
-        from fedsv.valuation.estimators.target import first_allowance  # not in fedsv before 6b7f841
+        from fedsv.valuation.estimators.target import first_allowance
 
         rnd = real_round(Case("resnet18", 10, 100), 600)
         cost = measure_cost(rnd.game())

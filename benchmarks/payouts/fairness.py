@@ -1,6 +1,6 @@
 """Does completing the values remove selection luck? Twins, and a full-participation reference.
 
-Usage: python benchmarks/bench_fairness.py [--seeds 5] [--rounds 10]
+Usage: python benchmarks/bench_payouts.py --part fairness [--seeds 5] [--rounds 10]
 
 Members differ in quality: each holds an IID shard of 150 images of the embedded MNIST sample, and
 member k of n has a fraction 0.8·k/(n-1) of its labels replaced by random ones (so true values fall
@@ -22,14 +22,12 @@ with k, and a ranking has something to find).
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
 
 import numpy as np
 import torch
-from fixtures import load_average, machine, print_table
+from fixtures import print_table
 
 from fedsv.data import load_dataset
 from fedsv.data.partition import partition_indices
@@ -42,6 +40,7 @@ from fedsv.valuation import FederatedValuation, RoundGame, RoundValues, Valuatio
 from fedsv.valuation.accounting.completion import complete
 from fedsv.valuation.estimators.exact import shapley_from_dense
 from fedsv.valuation.games.game import bitmasks
+from payouts.targets import Target
 
 TRAIN = TrainConfig(epochs=1, batch_size=10, lr=0.05)
 
@@ -184,28 +183,24 @@ def completion_seconds(rounds: int, members: int = 100, selected: int = 10) -> t
     return statistics.median(times), model
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=10)
-    args = parser.parse_args(argv)
-    print(f"command: {' '.join(sys.argv)}")
-    print(f"machine: {machine()}; load average at start {load_average()}\n")
+def run(seeds: int, rounds: int) -> list[Target]:
+    """Print the three tables; the targets: the completed values' twin gap and misallocated share below
+    FedSV's (medians over seeds)."""
     twin_rows, gaps = [], {"fedsv": list[float](), "fedsv_completed": list[float]()}
-    for seed in range(args.seeds):
-        fedsv, completed = twins(seed, args.rounds)
+    for seed in range(seeds):
+        fedsv, completed = twins(seed, rounds)
         gaps["fedsv"].append(fedsv)
         gaps["fedsv_completed"].append(completed)
         twin_rows.append([str(seed), f"{fedsv:.3f}", f"{completed:.3f}"])
         print(f"  twins, seed {seed} done", flush=True)
-    twin_rows.append(["median", f"{statistics.median(gaps['fedsv']):.3f}",
-                      f"{statistics.median(gaps['fedsv_completed']):.3f}"])  # fmt: skip
+    gap = {key: statistics.median(values) for key, values in gaps.items()}
+    twin_rows.append(["median", f"{gap['fedsv']:.3f}", f"{gap['fedsv_completed']:.3f}"])
     full_rows, scores = (
         [],
         {"fedsv": list[tuple[float, float]](), "fedsv_completed": list[tuple[float, float]]()},
     )
-    for seed in range(args.seeds):
-        result = full_participation(seed, args.rounds)
+    for seed in range(seeds):
+        result = full_participation(seed, rounds)
         for key in scores:
             scores[key].append(result[key])
         full_rows.append([str(seed), *(f"{result[k][0]:.3f} / {result[k][1]:.3f}" for k in scores)])
@@ -222,14 +217,15 @@ def main(argv: list[str] | None = None) -> int:
           "Kendall's tau / share of a pot misallocated\n")  # fmt: skip
     print_table(["seed", "FedSV", "completed"], full_rows)
     cost_rows = []
-    for rounds in (25, 100):
-        seconds, model = completion_seconds(rounds)
-        cost_rows.append([f"{rounds} x 100, 10 selected", f"{seconds:.3f}", model])
+    for size in (25, 100):
+        seconds, model = completion_seconds(size)
+        cost_rows.append([f"{size} x 100, 10 selected", f"{seconds:.3f}", model])
     print("3. Cost of a completion (run by the valuation process whenever it has caught up)\n")
     print_table(["rounds x members", "seconds (median of 5)", "model chosen"], cost_rows)
-    print(f"{args.rounds} rounds; load average at end {load_average()}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    twin, wrong = (gap["fedsv_completed"], gap["fedsv"]), (medians["fedsv_completed"][1], medians["fedsv"][1])
+    return [
+        Target("fairness", "twins: the completed values' gap / spread below FedSV's",
+               f"{twin[0]:.3f} against {twin[1]:.3f}", twin[0] < twin[1]),
+        Target("fairness", "against full participation: the completed values misallocate less than FedSV",
+               f"{wrong[0]:.3f} against {wrong[1]:.3f}", wrong[0] < wrong[1]),
+    ]  # fmt: skip

@@ -14,14 +14,12 @@ pairs of honest members: how many were named at all, and the most rounds of thos
 that any of them was named alike in. The rule columns try a rule over the run: a pair named in more
 than half of at least two rounds together.
 
-    python benchmarks/bench_lookalikes.py --seeds 3 [--epochs 1]
+    python benchmarks/bench_payouts.py --part lookalikes --seeds 3 [--epochs 1]
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import platform
 import time
 from typing import Any
 
@@ -31,6 +29,7 @@ from fedsv.app.demo import DemoConfig, run_demo
 from fedsv.data.shards import cached_splits, load_shard
 from fedsv.settings.choices import Partition
 from fedsv.valuation import FederatedValuation
+from payouts.targets import Target
 
 COPY = ("p004", "p009")
 CELLS = (("iid", 1.0, 6), ("iid", 0.5, 12), ("noniid", 1.0, 6), ("noniid", 0.5, 12))
@@ -68,24 +67,21 @@ def persistent(alike: int, together: int) -> bool:
     return together >= 2 and alike > together / 2
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=5, help="local epochs (the default: 5)")
-    args = parser.parse_args()
-    print(f"machine: {platform.machine()}, python {platform.python_version()}; {args.epochs} local epochs\n")
+def run(seeds: int, epochs: int) -> list[Target]:
+    """Print the table; the targets: the copy named by the rule in every run, no honest pair named by it."""
+    print(f"{epochs} local epochs\n")
     print(
         "| partition | selected | rounds | seed | copy named | honest pairs named | most for an honest pair "
         "| rule: copy | rule: honest pairs | honest pairs of the same classes |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     start = time.perf_counter()
+    runs, copies, honest_caught = 0, 0, 0
     for partition, fraction, rounds in CELLS:
-        seeds = SAME_CLASSES_SEEDS if partition == "noniid" else range(args.seeds)
-        for seed in seeds:
+        for seed in SAME_CLASSES_SEEDS if partition == "noniid" else range(seeds):
             settings: dict[str, Any] = {
                 "participants": 10, "fraction": fraction, "rounds": rounds, "seed": seed,
-                "partition": partition, "valuation": "exact", "epochs": args.epochs,
+                "partition": partition, "valuation": "exact", "epochs": epochs,
                 "corrupt": f"{COPY[1][-1]}=copy:{COPY[0][-1]}",
             }  # fmt: skip
             pairs = counts(run_demo(DemoConfig(**settings)).valuation)
@@ -96,14 +92,20 @@ def main() -> None:
             caught = sum(persistent(*n) for n in honest.values())
             twins = same_classes(seed) if partition == "noniid" else []
             alike = [pairs.get(pair, (0, 0)) for pair in twins]
+            if copy[1] >= 2:  # the rule needs two rounds together
+                runs, copies = runs + 1, copies + persistent(*copy)
+            honest_caught += caught
             print(
                 f"| {partition} | {fraction:.0%} | {rounds} | {seed} | {copy[0]} of {copy[1]} "
                 f"| {len(named)} of {len(honest)} | {most[0]} of {most[1]} "
                 f"| {'yes' if persistent(*copy) else 'no'} | {caught} "
                 f"| {', '.join(f'{a} of {n}' for a, n in alike) or '-'} |"
             )
-    print(f"\n({time.perf_counter() - start:.0f} s)")
-
-
-if __name__ == "__main__":
-    main()
+    print(f"\n({time.perf_counter() - start:.0f} s)\n")
+    part = f"look-alikes, {epochs} epoch{'s' if epochs > 1 else ''}"
+    return [
+        Target(part, "the copy named in more than half of its rounds with the original, every run with two",
+               f"{copies} of {runs} runs", copies == runs),
+        Target(part, "no honest pair named in more than half of its rounds",
+               f"{honest_caught} pair-runs", honest_caught == 0),
+    ]  # fmt: skip
