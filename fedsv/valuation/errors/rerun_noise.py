@@ -63,9 +63,9 @@ def _parameters(model: Model, rounds: int, members: int) -> int:
 NOISE_PARAMETERS = 0.5
 """The most parameters a noise model may spend, as a share of the observed entries: the noise is sized
 from its residuals in the run, corrected for its parameters as a least-squares fit's would be, and a
-low-rank fit near saturation takes more of the noise than its parameters count (in bench_payouts' duplicates part's
-seed 1 a rank-3 fit of 80 entries with 45 parameters left residuals of 0.0025 against its held-out
-0.0177, and stated rerun errors 4x too small). docs/decisions/0004-error-model.md."""
+low-rank fit near saturation takes more of the noise than its parameters count (in the duplicates
+benchmark's seed 1 a rank-3 fit of 80 entries with 45 parameters left residuals of 0.0025 against its
+held-out 0.0177, and stated rerun errors 4x too small). docs/decisions/0004-error-model.md."""
 
 
 def noise_model(values: FloatArray, mask: BoolArray, model: Model | None, seed: int) -> Model:
