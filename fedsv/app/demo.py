@@ -14,6 +14,7 @@ from fedsv.data.corruptions import declared_count, parse_corruption
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import EvalSet, evaluate
 from fedsv.fl.ranks import participant_id
+from fedsv.fl.input_span import input_span
 from fedsv.fl.referee import ValidationReferee
 from fedsv.fl.selection import train_seed
 from fedsv.fl.state import params_of
@@ -105,6 +106,7 @@ def demo_rounds(
     selector = config.selector()
     declared = [declared_count(c, len(s)) for s, c in ranks]
     memory = GuardMemory()
+    span = input_span(model, validation)
     game = GameSettings(metric=task.metric, aggregation=config.aggregation_rule())
     for t in range(1, config.rounds + 1):
         selected = selector.ranks(t) if coalition is None else sorted(coalition)
@@ -124,7 +126,7 @@ def demo_rounds(
             updates.append(ClientUpdate(participant_id(r), delta, declared[r]))
         referee = ValidationReferee(model, global_params, validation)
         guarded = guard_updates(
-            updates, config.norm_bound(), config.guard(), memory, declared, referee, global_params
+            updates, config.norm_bound(), config.guard(), memory, declared, referee, global_params, span
         )
         updates = guarded.updates  # as the coordinator screens them
         if not updates:

@@ -19,6 +19,7 @@ from fedsv.coordinator.server_config import ServerConfig
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import evaluate
 from fedsv.fl.ranks import participant_id
+from fedsv.fl.input_span import input_span
 from fedsv.fl.referee import ValidationReferee
 from fedsv.fl.selection import train_seed
 from fedsv.fl.update_guard import GuardedRound, guard_updates
@@ -65,6 +66,7 @@ class RoundLoop:
         if progress.rng_state is not None:
             self.selector.rng.bit_generator.state = progress.rng_state
         self.guard = progress.guard
+        self.span = input_span(inputs.model, inputs.validation)  # the made-up-input screen's, once a run
         for pid in self.guard.reputation.quarantined:  # resumed in quarantine
             metrics.participant_quarantined.labels(participant=pid).set(1)
 
@@ -183,6 +185,7 @@ class RoundLoop:
             self.state.sessions.declared_counts(),
             referee,
             self.params,
+            self.span,
         )
         bounded = guarded.bounded
         reasons = {
@@ -190,6 +193,7 @@ class RoundLoop:
             **dict.fromkeys(guarded.turned_away, "direction_rejected"),
             **dict.fromkeys(guarded.null, "null_update"),
             **dict.fromkeys(guarded.mimic, "public_step"),
+            **dict.fromkeys(guarded.made_up, "made_up"),
             **dict.fromkeys(guarded.worse, "round_worse"),
             **dict.fromkeys(guarded.held, "quarantined"),
         }
@@ -239,6 +243,15 @@ class RoundLoop:
                 closed.round,
                 pid,
                 100 * along,
+            )
+        for pid, share in guarded.made_up.items():
+            self.metrics.reject("made_up")
+            logger.warning(
+                "round %d: %s's update moved its first layer outside the span of the validation data's "
+                "inputs (%.0f%% of it there) as made-up inputs do: rejected",
+                closed.round,
+                pid,
+                100 * share,
             )
         for pid, along in guarded.public.items():
             self.metrics.updates_public.inc()

@@ -23,7 +23,8 @@ step leaves alone a round whose updates are alike and acts on an update that sta
    (norm 0, or a random direction) is turned away as null, and one that carries nothing beyond the
    global model's recent steps but noise (a mimic replaying the federation's own step) as a mimic's
    (with the direction check and screens off, such an update is aggregated but marked public:
-   the round's game holds it in every coalition and pays it nothing);
+   the round's game holds it in every coalition and pays it nothing), and one whose first layer moved
+   outside the span of the validation data's inputs as made-up inputs move it (`input_span`);
    when the round's FedAvg still raises the validation loss beyond its noise, updates pointing against
    the descent beyond the tolerance are dropped until it does not. Only updates that passed every check
    enter the memory.
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field, replace
 
 from torch import Tensor
 
+from fedsv.fl.input_span import InputSpan, off_data
 from fedsv.fl.public_steps import PublicSteps, mimicked
 from fedsv.fl.referee import Referee
 from fedsv.fl.reputation import Evidence, Reputation, ReputationChange, marginals
@@ -147,6 +149,7 @@ class GuardedRound:
     null: dict[str, float] = field(default_factory=dict)  # the same, turned away as null (free riders)
     worse: dict[str, float] = field(default_factory=dict)  # the same, dropped from a round found worse
     mimic: dict[str, float] = field(default_factory=dict)  # nothing beyond the recent steps: share along them
+    made_up: dict[str, float] = field(default_factory=dict)  # off the data's inputs: share outside their span
     held: dict[str, float] = field(default_factory=dict)  # quarantined: participant -> its update's effect
     evidence: dict[str, Evidence] = field(default_factory=dict)  # every update's effect (reputation)
     reputation: ReputationChange = field(default_factory=ReputationChange)  # who entered or left quarantine
@@ -172,11 +175,13 @@ def guard_updates(
     federation_counts: Sequence[int],
     referee: Referee | None = None,
     global_params: Mapping[str, Tensor] | None = None,
+    span: InputSpan | None = None,
 ) -> GuardedRound:
     """Screen a round's updates (in their order): quarantined members' held back, weights capped, the norm
     bound with memory, the direction check and the screens; the memory learns from the kept updates only,
     and the reputation from every update's effect. `global_params`: w_t, whose step from the last round's
-    the mimic screen learns (none: that screen learns nothing)."""
+    the mimic screen learns (none: that screen learns nothing); `span`: the validation inputs' span as
+    the model's first layer sees them (input_span; none: no made-up-input screen)."""
     if global_params is not None:
         memory.public.observe(global_params)
     weighted, capped = cap_counts(updates, federation_counts, settings.count_multiple)
@@ -194,6 +199,7 @@ def guard_updates(
     null: dict[str, float] = {}
     worse: dict[str, float] = {}
     mimic: dict[str, float] = {}
+    made_up: dict[str, float] = {}
     found: Direction | None = None
     if settings.direction and referee is not None:
         turned_away, found = direction_outliers(bounded.updates, memory.tolerance(), referee)
@@ -206,14 +212,16 @@ def guard_updates(
             rest = [u for u in rest if u.participant not in null]
             mimic = mimicked(rest, memory.public, referee.descent())
             rest = [u for u in rest if u.participant not in mimic]
+            made_up = off_data(rest, span)
+            rest = [u for u in rest if u.participant not in made_up]
             worse = worse_round(rest, referee, found.descent, memory.tolerance())
-            if null or worse or mimic:
+            if null or worse or mimic or made_up:
                 rest = [u for u in rest if u.participant not in worse]
                 found = directions(rest, referee) if len(rest) >= 2 else None
     public: dict[str, float] = {}
     if not settings.direction and referee is not None:  # the screens off: aggregated, but paid nothing
         public = mimicked(bounded.updates, memory.public, referee.descent())
-    dropped = {**turned_away, **null, **mimic, **worse}
+    dropped = {**turned_away, **null, **mimic, **made_up, **worse}
     kept = [
         replace(u, public=True) if u.participant in public else u
         for u in bounded.updates
@@ -230,14 +238,11 @@ def guard_updates(
     change = ReputationChange()
     if settings.quarantine and referee is not None:
         kept_ids = {u.participant for u in kept}
-        others = [
-            u
-            for u in [*weighted, *holding]
-            if u.participant not in kept_ids and u.participant not in null and u.participant not in mimic
-        ]
+        screened = {*null, *mimic, *made_up}  # nothing of theirs to value: turned away as such
+        others = [u for u in [*weighted, *holding] if u.participant not in kept_ids | screened]
         evidence = marginals(referee, kept, others)
         change = memory.reputation.observe(evidence, sorted(kept_ids))
     held = {u.participant: evidence[u.participant].effect for u in holding}
     return GuardedRound(
-        kept, bounded, capped, turned_away, null, worse, mimic, held, evidence, change, public
+        kept, bounded, capped, turned_away, null, worse, mimic, made_up, held, evidence, change, public
     )
