@@ -82,7 +82,7 @@ def load_shard(
         raise ValueError(f"corruption copy:{owner} names no rank; ranks are 0..{world_size - 1}")
     indices = _partition(splits, world_size, partition, seed)[owner]
     shard = splits.train.subset(indices)
-    if corruption.label_flip_ratio > 0 or corruption.keep > 0:
+    if corruption.label_flip_ratio > 0 or corruption.keep > 0 or corruption.made_up:
         shard = corruption.apply_to_dataset(shard, seed=seed + rank)
     return shard, corruption
 

@@ -5,7 +5,8 @@ is selected in (its first update is a zero, null; every later one a mimic's, pub
 payout` pays it nothing while every honest member is paid. With the guard's direction check and screens
 off (`--no-update-direction`) it is aggregated, and still paid nothing: every update of it is marked
 public (nothing beyond the global model's recent steps), every coalition of its rounds' games holds it,
-and its value is 0."""
+and its value is 0. A member that trains on inputs and labels it made up is turned away as made_up in
+every round it is selected in, and paid nothing."""
 
 from __future__ import annotations
 
@@ -59,6 +60,20 @@ def test_with_the_screens_off_a_mimic_is_aggregated_and_still_paid_nothing(tmp_p
     with (out / "values.csv").open() as handle:  # the report says in how many rounds, of whom
         public = {row["participant"]: int(row["rounds_public"]) for row in csv.DictReader(handle)}
     assert public == {f"p{r:03d}": len(rider) if r == 5 else 0 for r in range(6)}, public
+    _paid_nothing(out)
+
+
+def test_a_member_with_made_up_data_is_turned_away_and_paid_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = launch(out, {**RUN, "corrupt": "5=madeup"}, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
+        rounds = ledger.rounds()
+    chosen = [r for r in rounds if "p005" in r.selected]
+    assert len(chosen) >= 2 and all(r.refused.get("p005") == "made_up" for r in chosen), [
+        r.refused for r in chosen
+    ]
+    assert all(set(r.refused) <= {"p005"} for r in rounds), [r.refused for r in rounds]  # honest: kept
     _paid_nothing(out)
 
 

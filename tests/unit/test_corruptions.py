@@ -265,6 +265,13 @@ def test_a_member_with_made_up_data_trains_on_uniform_inputs_and_labels_and_may_
     assert len(np.unique(made.y)) > 5  # labels over every class, not the member's one
     again = spec.apply_to_dataset(real, seed=3)
     assert np.array_equal(again.x, made.x) and np.array_equal(again.y, made.y)  # seeded
+    x = np.arange(120, dtype=np.float32).reshape(120, 1, 1, 1) / 119  # the simulation's shard is made up
+    ds = ArrayDataset(x=x, y=np.zeros(120, np.int64), num_classes=10, name="t")
+    splits = DatasetSplits(ds, ds.subset(np.arange(10)), ds.subset(np.arange(10)))
+    own, _ = load_shard(splits, 2, 6, "iid", 0, "none")
+    shard, _ = load_shard(splits, 2, 6, "iid", 0, "madeup")
+    assert shard.x.shape == own.x.shape and not np.array_equal(shard.x, own.x)
+    assert len(np.unique(shard.y)) > 5 and len(np.unique(own.y)) == 1
     delta = {"w": torch.ones(3)}
     first = spec.send(delta, 0, {"w": torch.zeros(3)}, round=1)  # no step seen yet: the delta alone
     assert torch.equal(first["w"], torch.ones(3))
