@@ -13,8 +13,8 @@ from torch import Tensor, nn
 from fedsv.data.corruptions import declared_count, parse_corruption
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import EvalSet, evaluate
-from fedsv.fl.ranks import participant_id
 from fedsv.fl.input_span import input_span
+from fedsv.fl.ranks import participant_id
 from fedsv.fl.referee import ValidationReferee
 from fedsv.fl.selection import train_seed
 from fedsv.fl.state import params_of

@@ -18,8 +18,8 @@ from fedsv.coordinator.run_state import RunState
 from fedsv.coordinator.server_config import ServerConfig
 from fedsv.fl.aggregation import aggregate
 from fedsv.fl.evaluation import evaluate
-from fedsv.fl.ranks import participant_id
 from fedsv.fl.input_span import input_span
+from fedsv.fl.ranks import participant_id
 from fedsv.fl.referee import ValidationReferee
 from fedsv.fl.selection import train_seed
 from fedsv.fl.update_guard import GuardedRound, guard_updates
