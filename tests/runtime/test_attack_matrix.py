@@ -37,7 +37,10 @@ ATTACKS = {
     "free rider (replay, 10^7 declared)": "replay+count:10000000",
     "two colluders, -3x": "3-4=scale:-3",
 }
-GUARD = {"norm_rejected", "direction_rejected", "null_update", "public_step", "round_worse", "quarantined"}
+GUARD = {
+    "norm_rejected", "direction_rejected", "null_update", "public_step", "made_up", "round_worse",
+    "quarantined",
+}  # fmt: skip
 """The guard's reasons for turning an update away (a late or missing update is no decision of it)."""
 LOST = {"two colluders, -3x": 0.05}
 """Cells whose bound is not issue 34's 0.02 yet: ranks 3 and 4 both sending minus three times their
