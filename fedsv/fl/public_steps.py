@@ -84,6 +84,9 @@ class PublicSteps:
         step = (flat - self._last).to(torch.float32)
         self._last = flat
         self._inverse = None
+        if not bool(torch.isfinite(step).all()):  # a model gone non-finite (or past float32): start afresh
+            self.steps.clear()
+            return
         if float(step.norm()) == 0.0:
             return
         self.steps.append(step)
@@ -146,7 +149,10 @@ class PublicSteps:
         if self._inverse is None or self._inverse.shape[0] != len(self.steps):
             rows = [s.to(torch.float64) for s in self.steps]
             gram = torch.stack([torch.stack([a @ b for b in rows]) for a in rows])
-            self._inverse = torch.linalg.pinv(gram, hermitian=True, rtol=1e-9)
+            try:
+                self._inverse = torch.linalg.pinv(gram, hermitian=True, rtol=1e-9)
+            except torch.linalg.LinAlgError:  # the eigensolver did not converge: the SVD's pseudo-inverse
+                self._inverse = torch.linalg.pinv(gram, rtol=1e-9)
         return self._inverse
 
 

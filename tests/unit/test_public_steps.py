@@ -102,6 +102,29 @@ def test_the_steps_span_a_mimics_step_from_any_of_the_kept_rounds_and_forget_old
     assert public.rank == 0 and mimicked([ClientUpdate("p0", step, 1)], public, step) == {}
 
 
+def test_a_model_gone_non_finite_or_a_failing_eigensolver_stops_no_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    public = PublicSteps()
+    for t in range(3):
+        public.observe({"w": torch.arange(4, dtype=torch.float32) * t})
+    assert len(public.steps) == 2
+    public.observe({"w": torch.tensor([1.0, float("inf"), 0.0, 0.0])})  # a diverged model: no step
+    assert len(public.steps) == 0 and public.along(torch.ones(4, dtype=torch.float64)).abs().sum() == 0
+    for t in range(3):
+        public.observe({"w": torch.arange(4, dtype=torch.float32) * (t + 5)})
+    pinv = torch.linalg.pinv
+
+    def failing(a: torch.Tensor, *args: object, hermitian: bool = False, **kw: object) -> torch.Tensor:
+        if hermitian:  # as eigh fails on an ill-conditioned Gram matrix
+            raise torch.linalg.LinAlgError("linalg.eigh: The algorithm failed to converge")
+        return pinv(a, *args, **kw)
+
+    monkeypatch.setattr(torch.linalg, "pinv", failing)
+    v = torch.arange(4, dtype=torch.float64)
+    assert torch.allclose(public.along(v), v)  # the SVD's pseudo-inverse: v lies along the steps
+
+
 @pytest.mark.parametrize("skewed", [False, True])
 @pytest.mark.parametrize("rider", ["mimic", "mimic:1", None])
 def test_with_the_screens_off_a_mimic_is_kept_but_marked_public(skewed: bool, rider: str | None) -> None:
