@@ -59,11 +59,13 @@ HONEST = [(6, 0.5), (20, 0.5), (50, 0.2)]
 BEFORE: dict[str, Any] = {**UNGUARDED, "update_norm_policy": "clip"}
 
 
-def settings_of(members: int, fraction: float, rounds: int, seed: int, partition: str) -> dict[str, Any]:
+def settings_of(
+    members: int, fraction: float, rounds: int, seed: int, partition: str, draw: str = "balanced"
+) -> dict[str, Any]:
     """A federation's settings for these runs (values off: accuracy cells)."""
     return {
         "participants": members, "fraction": fraction, "rounds": rounds, "seed": seed,
-        "partition": partition, "valuation": "none", "validation_size": 300,
+        "partition": partition, "valuation": "none", "validation_size": 300, "draw": draw,
     }  # fmt: skip
 
 
@@ -92,13 +94,13 @@ def guarded_run(settings: dict[str, Any]) -> GuardedRun:
     return GuardedRun(accuracies[-1], refused, quarantined)
 
 
-def single(seeds: list[int], rounds: int) -> None:
+def single(seeds: list[int], rounds: int, draw: str) -> None:
     rows = []
     for fraction in (0.5, 0.34):
         for seed in seeds:
             base = {
                 "participants": 6, "fraction": fraction, "rounds": rounds, "seed": seed,
-                "valuation": "none", "validation_size": 300,
+                "valuation": "none", "validation_size": 300, "draw": draw,
             }  # fmt: skip
             for label, guard in (("before", BEFORE), ("defaults", {})):
                 honest, _ = final_accuracy({**base, **guard})
@@ -112,11 +114,11 @@ def single(seeds: list[int], rounds: int) -> None:
     print_table(["selected", "seed", "settings", "honest acc.", *SINGLE], rows)
 
 
-def riders(seeds: list[int], rounds: int) -> None:
+def riders(seeds: list[int], rounds: int, draw: str) -> None:
     rows = []
     for partition in ("iid", "noniid"):
         for seed in seeds:
-            base = {**settings_of(6, 0.5, rounds, seed, partition), "valuation": "exact"}
+            base = {**settings_of(6, 0.5, rounds, seed, partition, draw), "valuation": "exact"}
             honest = run_demo(DemoConfig(**base)).accuracies[-1]
             for name, spec in RIDERS.items():
                 result = run_demo(DemoConfig(**base, corrupt=f"3={spec}"))
@@ -181,13 +183,13 @@ def colluded_run(settings: dict[str, Any], colluders: set[str]) -> ColludedRun:
     return ColludedRun(result.accuracies[-1], refused(True), refused(False), ratio)
 
 
-def colluders(seeds: list[int], rounds: int) -> None:
+def colluders(seeds: list[int], rounds: int, draw: str) -> None:
     rows = []
     for members, fraction, count in COLLUDING_FEDERATIONS:
         group = {f"p{r:03d}" for r in range(1, count + 1)}
         for partition in ("iid", "noniid"):
             for seed in seeds:
-                base = {**settings_of(members, fraction, rounds, seed, partition), "valuation": "exact"}
+                base = {**settings_of(members, fraction, rounds, seed, partition, draw), "valuation": "exact"}
                 honest = colluded_run(base, set())
                 ranks = f"1-{count}"
                 withheld, _ = final_accuracy({**base, "valuation": "none", "corrupt": f"{ranks}=scale:0"})
@@ -215,12 +217,12 @@ def colluders(seeds: list[int], rounds: int) -> None:
     )
 
 
-def honest_runs(seeds: list[int], rounds: int) -> None:
+def honest_runs(seeds: list[int], rounds: int, draw: str) -> None:
     rows = []
     for members, fraction in HONEST:
         for partition in ("iid", "noniid"):
             for seed in seeds:
-                run = guarded_run(settings_of(members, fraction, rounds, seed, partition))
+                run = guarded_run(settings_of(members, fraction, rounds, seed, partition, draw))
                 selected = max(1, round(fraction * members))
                 rows.append([
                     str(members), str(selected), partition, str(seed), f"{run.accuracy:.3f}",
@@ -236,13 +238,16 @@ def main() -> None:
     parser.add_argument("--part", nargs="+", default=["single", "riders", "colluders", "honest"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument(
+        "--draw", choices=["balanced", "independent"], default="balanced", help="selection rule"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"machine: {machine()}\n")
     parts = {"single": single, "riders": riders, "colluders": colluders, "honest": honest_runs}
     for part in args.part:
         print(f"\n## {part}\n")
-        parts[part](args.seeds, args.rounds)
+        parts[part](args.seeds, args.rounds, args.draw)
 
 
 if __name__ == "__main__":
