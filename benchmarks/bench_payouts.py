@@ -19,7 +19,7 @@ import sys
 
 from fixtures import load_average, machine
 from payouts import duplicates, fairness, free_riders, lookalikes
-from payouts.targets import Target, summary
+from payouts.targets import Target, print_summary
 
 PARTS = ("free-riders", "duplicates", "lookalikes", "fairness")
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             targets += fairness.run(args.seeds or 5, args.rounds)
     print(f"## targets (load average at the end {load_average()})\n")
-    print(summary(targets))
+    print_summary(targets)
     return 0
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fixtures import print_table
+
 
 @dataclass(frozen=True)
 class Target:
@@ -16,8 +18,7 @@ class Target:
     met: bool
 
 
-def summary(targets: Sequence[Target]) -> str:
+def print_summary(targets: Sequence[Target]) -> None:
     """The suite's last table: every target beside its figure."""
-    lines = ["| part | target | measured | met |", "|---|---|---|---|"]
-    lines += [f"| {t.part} | {t.target} | {t.figure} | {'yes' if t.met else '**no**'} |" for t in targets]
-    return "\n".join(lines)
+    rows = [[t.part, t.target, t.figure, "yes" if t.met else "**no**"] for t in targets]
+    print_table(["part", "target", "measured", "met"], rows)

@@ -235,24 +235,16 @@ class RoundLoop:
                     said[reason],
                     cosine,
                 )
-        for pid, along in guarded.mimic.items():
-            self.metrics.reject("public_step")
-            logger.warning(
-                "round %d: %s's update carries nothing beyond the global model's recent steps (%.0f%% of "
-                "it along them): a free rider's, rejected",
-                closed.round,
-                pid,
-                100 * along,
-            )
-        for pid, share in guarded.made_up.items():
-            self.metrics.reject("made_up")
-            logger.warning(
-                "round %d: %s's update moved its first layer outside the span of the validation data's "
-                "inputs (%.0f%% of it there) as made-up inputs do: rejected",
-                closed.round,
-                pid,
-                100 * share,
-            )
+        screened = {  # reason -> (found: participant -> a share of its update, what that share says)
+            "public_step": (guarded.mimic, "carries nothing beyond the global model's recent steps (%.0f%% "
+                            "of it along them): a free rider's"),
+            "made_up": (guarded.made_up, "moved its first layer outside the span of the validation data's "
+                        "inputs (%.0f%% of it there) as made-up inputs do"),
+        }  # fmt: skip
+        for reason, (found_share, message) in screened.items():
+            for pid, share in found_share.items():
+                self.metrics.reject(reason)
+                logger.warning(f"round %d: %s's update {message}: rejected", closed.round, pid, 100 * share)
         for pid, along in guarded.public.items():
             self.metrics.updates_public.inc()
             logger.warning(
