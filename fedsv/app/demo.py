@@ -28,6 +28,7 @@ from fedsv.settings.schema import DECLARED
 from fedsv.task.colluders import colluding_update, members
 from fedsv.task.interface import TrainContext
 from fedsv.task.sources import evaluation_samples, rank_samples, rank_source
+from fedsv.task.validation_step import validation_step
 from fedsv.valuation import FederatedValuation, RoundValues
 from fedsv.valuation.round.initial_spread import measure
 from fedsv.valuation.round_valuation import GameSettings
@@ -125,9 +126,11 @@ def demo_rounds(
                 )
             updates.append(ClientUpdate(participant_id(r), delta, declared[r]))
         referee = ValidationReferee(model, global_params, validation)
+        trusted = validation_step(task, model, global_params, validation, config.local_training(), t)
         guarded = guard_updates(
-            updates, config.norm_bound(), config.guard(), memory, declared, referee, global_params, span
-        )
+            updates, config.norm_bound(), config.guard(), memory, declared, referee, global_params, span,
+            trusted,
+        )  # fmt: skip
         updates = guarded.updates  # as the coordinator screens them
         if not updates:
             raise ValueError(f"every update of round {t} was over update_norm_bound")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -28,6 +29,7 @@ from fedsv.ledger import TestScore
 from fedsv.pipeline.metrics import RunMetrics
 from fedsv.pipeline.valuers import RoundInputs, Valuer
 from fedsv.settings.run import RunConfig
+from fedsv.task.validation_step import validation_step
 from fedsv.valuation.round_valuation import GameSettings
 from fedsv.wire.codec import wire_size
 
@@ -67,6 +69,7 @@ class RoundLoop:
             self.selector.rng.bit_generator.state = progress.rng_state
         self.guard = progress.guard
         self.span = input_span(inputs.model, inputs.validation)  # the made-up-input screen's, once a run
+        self.scratch = copy.deepcopy(inputs.model)  # the trusted step trains here, never on the run's model
         for pid in self.guard.reputation.quarantined:  # resumed in quarantine
             metrics.participant_quarantined.labels(participant=pid).set(1)
 
@@ -186,10 +189,19 @@ class RoundLoop:
             referee,
             self.params,
             self.span,
+            validation_step(
+                self.inputs.task,
+                self.scratch,
+                self.params,
+                self.inputs.validation,
+                run.local_training(),
+                closed.round,
+            ),
         )
         bounded = guarded.bounded
         reasons = {
             **dict.fromkeys(bounded.rejected, "norm_rejected"),
+            **dict.fromkeys(guarded.against, "against_validation"),
             **dict.fromkeys(guarded.turned_away, "direction_rejected"),
             **dict.fromkeys(guarded.null, "null_update"),
             **dict.fromkeys(guarded.mimic, "public_step"),
@@ -217,11 +229,13 @@ class RoundLoop:
                 "clipped" if reason == "norm_clipped" else "rejected",
             )
         said = {
+            "against_validation": "points against the step the validation set itself takes from w_t",
             "direction_rejected": "works against the validation set and the round is better without it",
             "null_update": "carries no information (norm 0, or a random direction): a free rider's",
             "round_worse": "points against the validation set in a round whose aggregate it made worse",
         }
         for reason, found in (
+            ("against_validation", guarded.against),
             ("direction_rejected", guarded.turned_away),
             ("null_update", guarded.null),
             ("round_worse", guarded.worse),
@@ -229,10 +243,11 @@ class RoundLoop:
             for pid, cosine in found.items():
                 self.metrics.reject(reason)
                 logger.warning(
-                    "round %d: %s's update %s (cosine %.3f with the validation descent): rejected",
+                    "round %d: %s's update %s (its cosine with the validation set's %s: %.3f): rejected",
                     closed.round,
                     pid,
                     said[reason],
+                    "step" if reason == "against_validation" else "descent",
                     cosine,
                 )
         screened = {  # reason -> (found: participant -> a share of its update, what that share says)

@@ -47,6 +47,7 @@ from fedsv.fl.input_span import InputSpan, off_data
 from fedsv.fl.public_steps import PublicSteps, mimicked
 from fedsv.fl.referee import Referee
 from fedsv.fl.reputation import Evidence, Reputation, ReputationChange, marginals
+from fedsv.fl.trusted_step import TrustedStep, against_step
 from fedsv.fl.update_bounds import BoundedUpdates, NormBound, bound_updates, keep_clipped, typical_norm
 from fedsv.fl.update_direction import MARGIN, Direction, clippable, direction_outliers, directions
 from fedsv.fl.update_screen import null_updates, worse_round
@@ -61,12 +62,15 @@ class GuardSettings:
         and a round of two takes their mean, as before the guard).
     quarantine: hold back (value, not aggregate) the updates of members whose updates keep making the
         validation loss worse (fedsv.fl.reputation).
+    trusted_step: turn away updates that point against the validation set's own step from w_t
+        (fedsv.fl.trusted_step).
     """
 
     count_multiple: float = 3.0
     direction: bool = True
     history_rounds: int = 3
     quarantine: bool = True
+    trusted_step: bool = True
 
     def __post_init__(self) -> None:
         if not (
@@ -154,6 +158,7 @@ class GuardedRound:
     evidence: dict[str, Evidence] = field(default_factory=dict)  # every update's effect (reputation)
     reputation: ReputationChange = field(default_factory=ReputationChange)  # who entered or left quarantine
     public: dict[str, float] = field(default_factory=dict)  # screens off: kept mimics, valued 0 (public)
+    against: dict[str, float] = field(default_factory=dict)  # against the trusted step: its cosine with it
 
 
 def cap_counts(
@@ -176,12 +181,14 @@ def guard_updates(
     referee: Referee | None = None,
     global_params: Mapping[str, Tensor] | None = None,
     span: InputSpan | None = None,
+    trusted: TrustedStep | None = None,
 ) -> GuardedRound:
     """Screen a round's updates (in their order): quarantined members' held back, weights capped, the norm
     bound with memory, the direction check and the screens; the memory learns from the kept updates only,
     and the reputation from every update's effect. `global_params`: w_t, whose step from the last round's
     the mimic screen learns (none: that screen learns nothing); `span`: the validation inputs' span as
-    the model's first layer sees them (input_span; none: no made-up-input screen)."""
+    the model's first layer sees them (input_span; none: no made-up-input screen); `trusted`: the round's
+    trusted step (trusted_step; none: no such screen)."""
     if global_params is not None:
         memory.public.observe(global_params)
     weighted, capped = cap_counts(updates, federation_counts, settings.count_multiple)
@@ -195,6 +202,10 @@ def guard_updates(
     bounded = bound_updates(weighted, norm_rule, memory.past(), smaller_of_few=guarded_norms)
     if norm_rule.policy == "clip-or-reject" and bounded.clipped:
         bounded = keep_clipped(bounded, clippable(bounded, weighted, federation_counts, referee))
+    against: dict[str, float] = {}
+    if settings.trusted_step and trusted is not None:  # first: the rules below learn from the rest
+        against = against_step(bounded.updates, trusted())
+        bounded = replace(bounded, updates=[u for u in bounded.updates if u.participant not in against])
     turned_away: dict[str, float] = {}
     null: dict[str, float] = {}
     worse: dict[str, float] = {}
@@ -221,7 +232,7 @@ def guard_updates(
     public: dict[str, float] = {}
     if not settings.direction and referee is not None:  # the screens off: aggregated, but paid nothing
         public = mimicked(bounded.updates, memory.public, referee.descent())
-    dropped = {**turned_away, **null, **mimic, **made_up, **worse}
+    dropped = {**against, **turned_away, **null, **mimic, **made_up, **worse}
     kept = [
         replace(u, public=True) if u.participant in public else u
         for u in bounded.updates
@@ -244,5 +255,17 @@ def guard_updates(
         change = memory.reputation.observe(evidence, sorted(kept_ids))
     held = {u.participant: evidence[u.participant].effect for u in holding}
     return GuardedRound(
-        kept, bounded, capped, turned_away, null, worse, mimic, made_up, held, evidence, change, public
+        kept,
+        bounded,
+        capped,
+        turned_away,
+        null,
+        worse,
+        mimic,
+        made_up,
+        held,
+        evidence,
+        change,
+        public,
+        against,
     )

@@ -24,6 +24,7 @@ from fedsv.settings.model import ConfigModel
 from fedsv.settings.schema import DECLARED, added_later, earlier_value
 from fedsv.task.interface import LoadedTask
 from fedsv.task.sources import SimulationSettings, run_task
+from fedsv.task.validation_step import LocalTraining
 from fedsv.valuation import ValuationSpec
 
 VALUATION_METHODS = tuple(ValuationMethod)
@@ -35,9 +36,11 @@ UNGUARDED: dict[str, Any] = {
     "update_direction": False,
     "update_norm_history": 0,
     "update_quarantine": False,
+    "update_trusted_step": False,
 }
 """The settings that turn the update guard (fedsv.fl.update_guard) off: FedAvg over the declared counts,
-the norm bound over the round's own norms, no direction check, no quarantine (the paper's studies run so)."""
+the norm bound over the round's own norms, no direction check, no quarantine, no trusted step (the paper's
+studies run so)."""
 
 
 class RunConfig(ConfigModel):
@@ -84,6 +87,7 @@ class RunConfig(ConfigModel):
     update_direction: rs.update_direction = DECLARED
     update_norm_history: rs.update_norm_history = DECLARED
     update_quarantine: rs.update_quarantine = DECLARED
+    update_trusted_step: rs.update_trusted_step = DECLARED
     corrupt: rs.corrupt = DECLARED
     draw: rs.draw = DECLARED
     selection: rs.selection = DECLARED
@@ -250,6 +254,10 @@ class RunConfig(ConfigModel):
             self.update_norm_reject_multiple,
         )
 
+    def local_training(self) -> LocalTraining:
+        """How members train locally, for the coordinator's trusted step (fedsv.task.validation_step)."""
+        return LocalTraining(self.seed, self.participants, self.epochs, self.batch_size, self.lr)
+
     def guard(self) -> GuardSettings:
         """How the round's updates are screened before aggregation (weights, norms' memory, direction)."""
         return GuardSettings(
@@ -257,6 +265,7 @@ class RunConfig(ConfigModel):
             self.update_direction,
             self.update_norm_history,
             self.update_quarantine,
+            self.update_trusted_step,
         )
 
     def valuation_spec(self, round_number: int) -> ValuationSpec | None:

@@ -191,6 +191,17 @@ update_quarantine: TypeAlias = Annotated[
         ),
     ),
 ]
+update_trusted_step: TypeAlias = Annotated[
+    bool,
+    Field(
+        True,
+        description=(
+            "train the validation set from w_t as members train (once a round, at the coordinator) and "
+            "turn away an update that points against that step, as sign flips and inner-product "
+            "manipulation do (FLTrust's server update)"
+        ),
+    ),
+]
 
 # valuation
 metric: TypeAlias = Annotated[
