@@ -38,8 +38,8 @@ ATTACKS = {
     "two colluders, -3x": "3-4=scale:-3",
 }
 GUARD = {
-    "norm_rejected", "direction_rejected", "null_update", "public_step", "made_up", "round_worse",
-    "quarantined",
+    "against_validation", "norm_rejected", "direction_rejected", "null_update", "public_step", "made_up",
+    "round_worse", "quarantined",
 }  # fmt: skip
 """The guard's reasons for turning an update away (a late or missing update is no decision of it)."""
 LOST = {"two colluders, -3x": 0.05}
