@@ -11,7 +11,10 @@ step leaves alone a round whose updates are alike and acts on an update that sta
    default) an update over the bound is clipped when it is a data-rich member's larger step
    (`update_direction.clippable`: more declared samples than the median, along the referee's descent)
    and dropped otherwise.
-3. **Direction** (`update_direction`): the coordinator's validation set referees (`referee.Referee`).
+3. **Trusted step** (`trusted_step`): an update whose cosine with the step the validation set itself
+   takes from w_t (trained as members train) lies below 0 beyond noise is turned away, unless every
+   update of the round is: sign flips and inner-product manipulation, also as a round's majority.
+4. **Direction** (`update_direction`): the coordinator's validation set referees (`referee.Referee`).
    With three updates or more, an update is turned away when its cosine with the validation loss's
    descent at w_t lies below what this federation's honest updates reach (`GuardMemory.tolerance`: far
    in a skewed non-IID federation, just below 0 in an IID one), it points away from the FedAvg of the
@@ -19,7 +22,7 @@ step leaves alone a round whose updates are alike and acts on an update that sta
    that point apart, the one whose removal alone lowers that loss is turned away. Sign flips, minus the
    others' mean and reversed updates under a large declared count are caught; the tests and
    docs/deployment.md give the attack matrix and the honest runs that stay FedAvg.
-4. **Free riders and colluders** (`update_screen`, `public_steps`): an update that carries no information
+5. **Free riders and colluders** (`update_screen`, `public_steps`): an update that carries no information
    (norm 0, or a random direction) is turned away as null, and one that carries nothing beyond the
    global model's recent steps but noise (a mimic replaying the federation's own step) as a mimic's
    (with the direction check and screens off, such an update is aggregated but marked public:
@@ -28,7 +31,7 @@ step leaves alone a round whose updates are alike and acts on an update that sta
    when the round's FedAvg still raises the validation loss beyond its noise, updates pointing against
    the descent beyond the tolerance are dropped until it does not. Only updates that passed every check
    enter the memory.
-5. **Reputation** (`reputation`): every update's effect on the validation loss of the round's aggregate
+6. **Reputation** (`reputation`): every update's effect on the validation loss of the round's aggregate
    is recorded; a member whose updates keep making it worse, beyond the validation set's noise and the
    federation's own spread, is quarantined (valued, not aggregated) until its updates stop doing so.
 """
