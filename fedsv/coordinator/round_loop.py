@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from fedsv.coordinator.guard_report import refusals, report_guard
 from fedsv.coordinator.resume import RunProgress
 from fedsv.coordinator.round_board import OpenRound
 from fedsv.coordinator.round_commit import Phase, PhaseClock, RoundCommitter, RoundResult
@@ -23,7 +24,7 @@ from fedsv.fl.input_span import input_span
 from fedsv.fl.ranks import participant_id
 from fedsv.fl.referee import ValidationReferee
 from fedsv.fl.selection import train_seed
-from fedsv.fl.update_guard import GuardedRound, guard_updates
+from fedsv.fl.update_guard import guard_updates
 from fedsv.fl.updates import ClientUpdate
 from fedsv.ledger import TestScore
 from fedsv.pipeline.metrics import RunMetrics
@@ -198,104 +199,12 @@ class RoundLoop:
                 closed.round,
             ),
         )
-        bounded = guarded.bounded
-        reasons = {
-            **dict.fromkeys(bounded.rejected, "norm_rejected"),
-            **dict.fromkeys(guarded.against, "against_validation"),
-            **dict.fromkeys(guarded.turned_away, "direction_rejected"),
-            **dict.fromkeys(guarded.null, "null_update"),
-            **dict.fromkeys(guarded.mimic, "public_step"),
-            **dict.fromkeys(guarded.made_up, "made_up"),
-            **dict.fromkeys(guarded.worse, "round_worse"),
-            **dict.fromkeys(guarded.held, "quarantined"),
-        }
-        for pid, reason in reasons.items():
+        for pid, reason in refusals(guarded).items():
             del closed.received[pid]
             closed.refused[pid] = reason
-        for pid, declared in guarded.capped.items():
-            self.metrics.reject("weight_capped")
-            logger.warning(
-                "round %d: %s declared %d samples; its FedAvg weight is capped", closed.round, pid, declared
-            )
-        for pid in [*bounded.clipped, *bounded.rejected]:
-            reason = "norm_clipped" if pid in bounded.clipped else "norm_rejected"
-            self.metrics.reject(reason)
-            logger.warning(
-                "round %d: %s's update has norm %.4g, over the bound %.4g: %s",
-                closed.round,
-                pid,
-                bounded.norms[pid],
-                bounded.bound,
-                "clipped" if reason == "norm_clipped" else "rejected",
-            )
-        said = {
-            "against_validation": "points against the step the validation set itself takes from w_t",
-            "direction_rejected": "works against the validation set and the round is better without it",
-            "null_update": "carries no information (norm 0, or a random direction): a free rider's",
-            "round_worse": "points against the validation set in a round whose aggregate it made worse",
-        }
-        for reason, found in (
-            ("against_validation", guarded.against),
-            ("direction_rejected", guarded.turned_away),
-            ("null_update", guarded.null),
-            ("round_worse", guarded.worse),
-        ):
-            for pid, cosine in found.items():
-                self.metrics.reject(reason)
-                logger.warning(
-                    "round %d: %s's update %s (its cosine with the validation set's %s: %.3f): rejected",
-                    closed.round,
-                    pid,
-                    said[reason],
-                    "step" if reason == "against_validation" else "descent",
-                    cosine,
-                )
-        screened = {  # reason -> (found: participant -> a share of its update, what that share says)
-            "public_step": (guarded.mimic, "carries nothing beyond the global model's recent steps (%.0f%% "
-                            "of it along them): a free rider's"),
-            "made_up": (guarded.made_up, "moved its first layer outside the span of the validation data's "
-                        "inputs (%.0f%% of it there) as made-up inputs do"),
-        }  # fmt: skip
-        for reason, (found_share, message) in screened.items():
-            for pid, share in found_share.items():
-                self.metrics.reject(reason)
-                logger.warning(f"round %d: %s's update {message}: rejected", closed.round, pid, 100 * share)
-        for pid, along in guarded.public.items():
-            self.metrics.updates_public.inc()
-            logger.warning(
-                "round %d: %s's update carries nothing beyond the global model's recent steps (%.0f%% of "
-                "it along them): aggregated (the guard's screens are off), valued 0 in every coalition",
-                closed.round,
-                pid,
-                100 * along,
-            )
+        report_guard(closed.round, guarded, self.metrics)
         closed.effects = guarded.evidence
-        self._report_reputation(closed.round, guarded)
         return guarded.updates
-
-    def _report_reputation(self, number: int, guarded: GuardedRound) -> None:
-        """Quarantine in the logs and the metrics: who is held back, who entered or left quarantine."""
-        for pid, effect in guarded.held.items():
-            self.metrics.reject("quarantined")
-            logger.warning(
-                "round %d: %s is quarantined: its update (validation loss %+.4g if aggregated) is valued, "
-                "not aggregated",
-                number,
-                pid,
-                effect,
-            )
-        for pid, score in guarded.reputation.quarantined.items():
-            self.metrics.participant_quarantined.labels(participant=pid).set(1)
-            logger.warning(
-                "round %d: %s quarantined from the next round: its last updates made the validation loss "
-                "worse by %.1f standard errors",
-                number,
-                pid,
-                score,
-            )
-        for pid, score in guarded.reputation.readmitted.items():
-            self.metrics.participant_quarantined.labels(participant=pid).set(0)
-            logger.info("round %d: %s readmitted (its updates in quarantine score %.1f)", number, pid, score)
 
 
 __all__ = ["RoundLoop"]

@@ -27,7 +27,8 @@ step leaves alone a round whose updates are alike and acts on an update that sta
    global model's recent steps but noise (a mimic replaying the federation's own step) as a mimic's
    (with the direction check and screens off, such an update is aggregated but marked public:
    the round's game holds it in every coalition and pays it nothing), and one whose first layer moved
-   outside the span of the validation data's inputs as made-up inputs move it (`input_span`);
+   outside the span of the validation data's inputs as made-up inputs move it (`input_span`); members
+   that send the very same vector, as a colluding group does, are all turned away (`identical_updates`);
    when the round's FedAvg still raises the validation loss beyond its noise, updates pointing against
    the descent beyond the tolerance are dropped until it does not. Only updates that passed every check
    enter the memory.
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field, replace
 
 from torch import Tensor
 
+from fedsv.fl.identical_updates import identical_updates
 from fedsv.fl.input_span import InputSpan, off_data
 from fedsv.fl.public_steps import PublicSteps, mimicked
 from fedsv.fl.referee import Referee
@@ -162,6 +164,7 @@ class GuardedRound:
     reputation: ReputationChange = field(default_factory=ReputationChange)  # who entered or left quarantine
     public: dict[str, float] = field(default_factory=dict)  # screens off: kept mimics, valued 0 (public)
     against: dict[str, float] = field(default_factory=dict)  # against the trusted step: its cosine with it
+    identical: dict[str, str] = field(default_factory=dict)  # the same vector as another's: that other
 
 
 def cap_counts(
@@ -214,6 +217,7 @@ def guard_updates(
     worse: dict[str, float] = {}
     mimic: dict[str, float] = {}
     made_up: dict[str, float] = {}
+    identical: dict[str, str] = {}
     found: Direction | None = None
     if settings.direction and referee is not None:
         turned_away, found = direction_outliers(bounded.updates, memory.tolerance(), referee)
@@ -228,14 +232,18 @@ def guard_updates(
             rest = [u for u in rest if u.participant not in mimic]
             made_up = off_data(rest, span)
             rest = [u for u in rest if u.participant not in made_up]
-            worse = worse_round(rest, referee, found.descent, memory.tolerance())
-            if null or worse or mimic or made_up:
+            identical = identical_updates(rest)
+            if rest and len(identical) == len(rest):  # never an empty round: the group weighs as one
+                identical.pop(rest[0].participant)
+            rest = [u for u in rest if u.participant not in identical]
+            worse = worse_round(rest, referee, found.descent, memory.tolerance()) if rest else {}
+            if null or worse or mimic or made_up or identical:
                 rest = [u for u in rest if u.participant not in worse]
                 found = directions(rest, referee) if len(rest) >= 2 else None
     public: dict[str, float] = {}
     if not settings.direction and referee is not None:  # the screens off: aggregated, but paid nothing
         public = mimicked(bounded.updates, memory.public, referee.descent())
-    dropped = {**against, **turned_away, **null, **mimic, **made_up, **worse}
+    dropped = {**against, **turned_away, **null, **mimic, **made_up, **identical, **worse}
     kept = [
         replace(u, public=True) if u.participant in public else u
         for u in bounded.updates
@@ -271,4 +279,5 @@ def guard_updates(
         change,
         public,
         against,
+        identical,
     )

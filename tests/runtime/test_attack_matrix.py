@@ -39,7 +39,7 @@ ATTACKS = {
 }
 GUARD = {
     "against_validation", "norm_rejected", "direction_rejected", "null_update", "public_step", "made_up",
-    "round_worse", "quarantined",
+    "identical_update", "round_worse", "quarantined",
 }  # fmt: skip
 """The guard's reasons for turning an update away (a late or missing update is no decision of it)."""
 LOST = {"two colluders, -3x": 0.05}

@@ -69,10 +69,10 @@ def test_a_member_with_made_up_data_is_turned_away_and_paid_nothing(tmp_path: Pa
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
         rounds = ledger.rounds()
-    chosen = [r for r in rounds if "p005" in r.selected]
-    assert len(chosen) >= 2 and all(r.refused.get("p005") == "made_up" for r in chosen), [
-        r.refused for r in chosen
-    ]
+    chosen = [r.refused.get("p005") for r in rounds if "p005" in r.selected]
+    # turned away every time: by the made-up-input screen, or first by the trusted step (its update
+    # also points against the validation set's own step now and then)
+    assert chosen.count("made_up") >= 2 and set(chosen) <= {"made_up", "against_validation"}, chosen
     assert all(set(r.refused) <= {"p005"} for r in rounds), [r.refused for r in rounds]  # honest: kept
     _paid_nothing(out)
 

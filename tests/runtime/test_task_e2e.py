@@ -29,7 +29,7 @@ task = Blobs()
 SIZES = (30, 45, 60, 75)  # each participant's own file holds a different number of samples
 
 
-GUARD_REASONS = ("direction_rejected", "norm_rejected", "quarantined")
+GUARD_REASONS = ("against_validation", "direction_rejected", "norm_rejected", "quarantined")
 """Why the guard turns an update away."""
 
 
