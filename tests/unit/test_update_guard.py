@@ -113,10 +113,15 @@ def test_colluders_that_agree_with_each_other_are_dropped_when_their_round_is_wo
     attack = -3 * mean
     if scale != "-3x the others' mean":
         attack = attack / attack.norm() * honest[0].delta["w"].norm()
-    bad = [ClientUpdate(f"p9{i:02d}", {"w": attack.clone()}, 100) for i in range(colluders)]
+    rng = torch.Generator().manual_seed(m)  # each its own speck of noise: not one vector (identical_updates)
+    speck = 1e-3 * attack.norm() / DIM**0.5
+    bad = [
+        ClientUpdate(f"p9{i:02d}", {"w": attack + speck * torch.randn(DIM, generator=rng)}, 100)
+        for i in range(colluders)
+    ]
     guarded = guard_updates([*honest, *bad], NormBound(), GuardSettings(), GuardMemory(), [100] * m, referee)
     kept = [u.participant for u in guarded.updates]
-    assert kept[: len(honest)] == [u.participant for u in honest]
+    assert kept[: len(honest)] == [u.participant for u in honest] and not guarded.identical
     dropped = set(guarded.worse) | set(guarded.turned_away) | set(guarded.bounded.rejected)
     assert dropped <= {u.participant for u in bad} and len(dropped) >= colluders - 1
     if colluders < len(honest):  # a minority of the round: every colluder goes
@@ -219,10 +224,15 @@ def test_a_little_is_enough_colluders_along_the_descent_are_dropped_when_their_r
     attack = mean + spread / spread.norm() * 5 * honest[0].delta["w"].norm()
     cosine = float(attack @ referee.descent()["w"]) / float(attack.norm() * referee.descent()["w"].norm())
     assert cosine > 0  # along the descent
-    bad = [ClientUpdate(f"p9{i:02d}", {"w": attack.clone()}, 100) for i in range(colluders)]
+    rng = torch.Generator().manual_seed(m)  # each its own speck of noise: not one vector (identical_updates)
+    speck = 1e-3 * attack.norm() / DIM**0.5
+    bad = [
+        ClientUpdate(f"p9{i:02d}", {"w": attack + speck * torch.randn(DIM, generator=rng)}, 100)
+        for i in range(colluders)
+    ]
     guarded = guard_updates([*honest, *bad], NormBound(), GuardSettings(), GuardMemory(), [100] * m, referee)
     kept = [u.participant for u in guarded.updates]
-    assert kept[: len(honest)] == [u.participant for u in honest]
+    assert kept[: len(honest)] == [u.participant for u in honest] and not guarded.identical
     dropped = set(guarded.worse) | set(guarded.turned_away) | set(guarded.bounded.rejected)
     assert set(guarded.worse) and dropped <= {u.participant for u in bad}
     base = referee.losses({"w": torch.zeros(DIM, dtype=torch.float64)})
