@@ -20,7 +20,8 @@ Each accuracy cell is its run's final test accuracy minus the honest run's (same
   colluders withhold their data (send nothing: "the run without them"; in a two-class non-IID
   federation their classes are missing whatever the guard does) and with the honest run; the
   colluders' rounds turned away of selected, the honest members' turned away of selected, and the
-  colluders' largest payout share (recommended value, negative values paid nothing) over the lowest
+  colluders' largest payout share (recommended value, negative values paid nothing, a member turned away
+  for sending another's very update paid nothing, as `fedsv payout` pays) over the lowest
   honest member's.
 - honest: no attacker; updates the guard refused and members quarantined (both must be 0) and the final
   accuracy.
@@ -166,11 +167,15 @@ class ColludedRun:
 
 
 def colluded_run(settings: dict[str, Any], colluders: set[str]) -> ColludedRun:
-    result = run_demo(DemoConfig(**settings))
+    forfeited: set[str] = set()  # sent another member's very update: paid nothing (fedsv.app.payout.FORFEIT)
+    result = run_demo(DemoConfig(**settings), on_trained=lambda trained: forfeited.update(trained.identical))
     totals = result.valuation.totals()
-    ids = sorted(totals["fedsv"])
+    ids = sorted(p for p in totals["fedsv"] if p not in forfeited)
     shrunk = [totals["fedsv_shrunk"][p] or 0.0 for p in ids]
-    paid = {p: share[0] for p, share in zip(ids, shares(shrunk, [None] * len(ids), 1.0, "zero"), strict=True)}
+    paid = dict.fromkeys(forfeited, 0.0)
+    paid |= {
+        p: share[0] for p, share in zip(ids, shares(shrunk, [None] * len(ids), 1.0, "zero"), strict=True)
+    }
     lowest = min(paid[p] for p in ids if p not in colluders)
     worst = max((paid[p] for p in colluders), default=0.0)
     rounds = result.valuation.per_round()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import Field, model_validator
 from torch import Tensor, nn
@@ -77,6 +77,7 @@ class TrainedRound:
     selected: list[str]  # the round's selection: some may have been turned away by the guard
     quarantined: list[str]  # those the guard held back (fedsv.fl.reputation): valued, not aggregated
     after: dict[str, Tensor]  # w_{t+1}, the model the round made (the next round's params)
+    identical: list[str] = field(default_factory=list)  # turned away for sending another's very update
 
 
 def demo_rounds(
@@ -137,8 +138,9 @@ def demo_rounds(
         chosen = [participant_id(r) for r in selected]
         after = aggregate(global_params, updates, t, game.aggregation)
         trained = TrainedRound(
-            t, global_params, updates, model, validation, game, chosen, sorted(guarded.held), after
-        )
+            t, global_params, updates, model, validation, game, chosen, sorted(guarded.held), after,
+            sorted(guarded.identical),
+        )  # fmt: skip
         global_params = after
         accuracy = math.nan if test is None else evaluate(model, global_params, test.x, test.y)[0]
         yield trained, accuracy

@@ -21,6 +21,10 @@ values); `shift`, every value less the lowest, so the lowest gets nothing and al
 FALLBACK = "fedsv"
 """What a payout by the recommended value splits by where that pays nobody though the model improved:
 FedSV's round values add up to the rounds' gains, so some member holds a positive total."""
+FORFEIT = "identical_update"
+"""A member the guard turned away for sending the very update another member sent (fedsv.fl.
+identical_updates: no member's own training does; a colluding group's crafted vector) is paid nothing
+for the run, whatever its values: the coordinator's own evidence that it colluded."""
 RULES = ("value", "groups")
 """`value`: each member by its own value; `groups`: members the verdict cannot tell apart (one group of
 report.ranked_rows) are paid alike, by their group's mean value."""
@@ -43,6 +47,7 @@ class Share:
     amount_high: float | None
     valued: bool = True
     paid_by: str = ""  # the value the split went by (FALLBACK where the one asked for paid nobody)
+    forfeited: int = 0  # rounds it sent the very update another member sent: paid nothing (FORFEIT)
 
 
 def _weights(values: list[float], negative: str) -> list[float]:
@@ -122,10 +127,13 @@ def payout_of(
     """payout() of a run's report (report.build_report), its settings checked already."""
     _require_valued(report)
     ranked = ranked_rows(report)
-    rows = [row for row in ranked if row.get("valued", True)]
-    if not rows:
+    valued = [row for row in ranked if row.get("valued", True)]
+    if not valued:
         raise ValueError("no participant was selected in any round: nothing to pay by")
-    pot = amount * len(rows) / len(ranked)
+    pot = amount * len(valued) / len(ranked)
+    rows = [row for row in valued if not row.get("rounds_identical")]  # the forfeited are paid nothing
+    if not rows:
+        raise ValueError("every valued member sent another member's very update: nothing to pay by")
     values = _split_values(rows, value, rule)
     if value == RECOMMENDED and not sum(_weights(values, negative)) > 0 and improved(report):
         value = FALLBACK  # the recommended value pays nobody though the model improved
@@ -152,6 +160,15 @@ def payout_of(
                 paid_by=value,
             )
         )
+    for row in valued:
+        if row.get("rounds_identical"):
+            value_of = float(row[value] or 0.0)
+            out.append(
+                Share(
+                    row["participant"], value_of, row.get(error_key), row["group"], 0.0, 0.0, 0.0, 0.0,
+                    paid_by=value, forfeited=int(row["rounds_identical"]),
+                )
+            )  # fmt: skip
     missing = [row["participant"] for row in ranked if not row.get("valued", True)]
     out.extend(Share(pid, None, None, None, None, None, None, None, False) for pid in missing)
     return out
@@ -255,6 +272,12 @@ def format_payout(rows: list[Share], amount: float, value: str, negative: str, r
             f"{row.participant:<12} {value:>20} {group:>5} {row.share or 0.0:>8.2%} "
             f"{row.amount or 0.0:>12,.2f} {span:>27}"
         )
+    for row in rows:
+        if row.forfeited:
+            lines.append(
+                f"\n{row.participant} is paid nothing: in {row.forfeited} round(s) it sent the very update "
+                "another member sent, which no member's own training does (a colluding group's vector)"
+            )
     missing = [row.participant for row in rows if not row.valued]
     if missing:
         lines.append(

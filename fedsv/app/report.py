@@ -278,6 +278,7 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     selected: dict[str, int] = {}
     refused: dict[str, int] = {}
     quarantined: dict[str, int] = {}
+    identical: dict[str, int] = {}
     public: dict[str, int] = {}
     samples: dict[str, int] = {}  # the count each declared in the last round it was aggregated in
     for entry in report["rounds"]:
@@ -287,6 +288,8 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             refused[pid] = refused.get(pid, 0) + 1
             if why == "quarantined":
                 quarantined[pid] = quarantined.get(pid, 0) + 1
+            if why == "identical_update":
+                identical[pid] = identical.get(pid, 0) + 1
         for pid in entry.get("public", []):
             public[pid] = public.get(pid, 0) + 1
         samples.update(entry.get("num_samples", {}))
@@ -307,6 +310,7 @@ def ranked_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             "valued": pid not in not_valued,
             "rounds_refused": refused.get(pid, 0),
             "rounds_quarantined": quarantined.get(pid, 0),
+            "rounds_identical": identical.get(pid, 0),
             "rounds_public": public.get(pid, 0),
             "num_samples": samples.get(pid),
         }

@@ -149,3 +149,29 @@ def test_a_recommended_value_that_pays_nobody_falls_back_to_fedsv_where_the_mode
 def test_every_value_at_or_below_zero_in_a_run_that_did_not_improve_pays_nothing(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no participant has a value to pay by"):
         payout_of(_improved_run(tmp_path, after=0.4), 900.0)
+
+
+def test_a_member_that_sent_another_members_very_update_is_paid_nothing(tmp_path: Path) -> None:
+    """The guard's identical_update refusal is the coordinator's evidence of collusion: the member is paid
+    nothing for the run, whatever it earned in other rounds, and the others split the whole budget."""
+    directory = tmp_path / "run"
+    directory.mkdir()
+    with Ledger(directory / "ledger.sqlite") as ledger:
+        ledger.ensure_run("run-collude", {"participants": 3, "rounds": 2})
+        rows = [ValueRow(1, p, v, 0.0, 0.0, 0.0, 0.0) for p, v in zip(PIDS, [0.03, 0.01, 0.05], strict=True)]
+        ledger.commit_round(make_record(1, PIDS, PIDS), rows, [], Checkpoint(1, b"w", "{}"))
+        second = make_record(2, PIDS, ["p000", "p001"])
+        second = type(second)(
+            **{**second.__dict__, "stragglers": [], "refused": {"p002": "identical_update"}}
+        )
+        rows = [ValueRow(2, p, 0.02, 0.0, 0.0, 0.0, 0.0) for p in ("p000", "p001")]
+        ledger.commit_round(second, rows, [], Checkpoint(2, b"w", "{}"))
+    paid = {s.participant: s for s in payout(directory, 100.0, value="fedsv")}
+    assert (
+        paid["p002"].amount == 0.0
+        and paid["p002"].forfeited == 1
+        and paid["p002"].value == pytest.approx(0.05)
+    )
+    assert paid["p000"].amount == pytest.approx(62.5) and paid["p001"].amount == pytest.approx(37.5)
+    text = format_payout(list(paid.values()), 100.0, "fedsv", "zero")
+    assert "p002 is paid nothing: in 1 round(s) it sent the very update another member sent" in text
