@@ -25,6 +25,10 @@ Each accuracy cell is its run's final test accuracy minus the honest run's (same
   honest member's.
 - honest: no attacker; updates the guard refused and members quarantined (both must be 0) and the final
   accuracy.
+- calibration: the calibration benchmark's federations (benchmarks/federations.py: honest members and
+  members with damaged data), valued, with the trusted step and without it (`update_trusted_step`):
+  final accuracy, updates it turned away (honest members', damaged members'), the honest members'
+  mean absolute change of payout share and the damaged members' total share.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import Any
 import torch
 from fixtures import machine, print_table
 
-from fedsv.app.demo import DemoConfig, demo_rounds, run_demo
+from fedsv.app.demo import DemoConfig, TrainedRound, demo_rounds, run_demo
 from fedsv.app.payout import shares
 from fedsv.settings.run import UNGUARDED
 
@@ -238,6 +242,49 @@ def honest_runs(seeds: list[int], rounds: int, draw: str) -> None:
     print_table(header, rows)
 
 
+def _shares(result: Any) -> dict[str, float]:
+    totals = result.valuation.totals()
+    ids = sorted(totals["fedsv"])
+    shrunk = [totals["fedsv_shrunk"][p] or 0.0 for p in ids]
+    return {p: share[0] for p, share in zip(ids, shares(shrunk, [None] * len(ids), 1.0, "zero"), strict=True)}
+
+
+def calibration(seeds: list[int], rounds: int, draw: str) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from federations import BUILDERS
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name, build in BUILDERS.items():
+            federation = build(work)
+            damaged = set(federation.corrupted)
+            for seed in seeds:
+                settings = {**federation.rerun(work, seed), "rounds": rounds, "draw": draw}
+                trained: list[TrainedRound] = []
+                on = run_demo(DemoConfig(**settings), on_trained=trained.append)
+                against = [p for t in trained for p in t.refused_against]
+                off = run_demo(DemoConfig(**{**settings, "update_trusted_step": False}))
+                paid_on, paid_off = _shares(on), _shares(off)
+                honest = [p for p in paid_on if p not in damaged]
+                change = sum(abs(paid_on[p] - paid_off[p]) for p in honest) / len(honest)
+                rows.append([
+                    name, str(seed), f"{on.accuracies[-1]:.3f}", f"{off.accuracies[-1]:.3f}",
+                    str(sum(p not in damaged for p in against)), str(sum(p in damaged for p in against)),
+                    f"{100 * change:.2f}", f"{100 * sum(paid_on[p] for p in damaged):.1f}",
+                    f"{100 * sum(paid_off[p] for p in damaged):.1f}",
+                ])  # fmt: skip
+                print(" ".join(rows[-1]), flush=True)
+    header = [
+        "federation", "seed", "acc. (trusted step)", "acc. (without)", "honest turned away by it",
+        "damaged turned away by it", "honest share change (points)", "damaged share % (with)",
+        "damaged share % (without)",
+    ]  # fmt: skip
+    print_table(header, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", nargs="+", default=["single", "riders", "colluders", "honest"])
@@ -250,6 +297,7 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"machine: {machine()}\n")
     parts = {"single": single, "riders": riders, "colluders": colluders, "honest": honest_runs}
+    parts["calibration"] = calibration
     for part in args.part:
         print(f"\n## {part}\n")
         parts[part](args.seeds, args.rounds, args.draw)

@@ -78,6 +78,7 @@ class TrainedRound:
     quarantined: list[str]  # those the guard held back (fedsv.fl.reputation): valued, not aggregated
     after: dict[str, Tensor]  # w_{t+1}, the model the round made (the next round's params)
     identical: list[str] = field(default_factory=list)  # turned away for sending another's very update
+    refused_against: list[str] = field(default_factory=list)  # turned away by the trusted step
 
 
 def demo_rounds(
@@ -139,7 +140,7 @@ def demo_rounds(
         after = aggregate(global_params, updates, t, game.aggregation)
         trained = TrainedRound(
             t, global_params, updates, model, validation, game, chosen, sorted(guarded.held), after,
-            sorted(guarded.identical),
+            sorted(guarded.identical), sorted(guarded.against),
         )  # fmt: skip
         global_params = after
         accuracy = math.nan if test is None else evaluate(model, global_params, test.x, test.y)[0]
