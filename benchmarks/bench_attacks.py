@@ -1,6 +1,7 @@
 """The attack matrix: accuracy lost to dishonest participants, and what free riders earn, under the defaults.
 
-Usage: python benchmarks/bench_attacks.py [--part single riders colluders honest] [--seeds 0 1 2] [--rounds 8]
+Usage: python benchmarks/bench_attacks.py [--part single riders colluders honest aggregators calibration]
+       [--seeds 0 1 2] [--rounds 8]
 
 Trains federations on the embedded MNIST sample (5 epochs, batch 10) in this process with the same
 seeded draws, local training, guard and aggregation as `fedsv launch` (`fedsv.app.demo`), so the
@@ -25,6 +26,10 @@ Each accuracy cell is its run's final test accuracy minus the honest run's (same
   honest member's.
 - honest: no attacker; updates the guard refused and members quarantined (both must be 0) and the final
   accuracy.
+- aggregators: the colluders' federations (non-IID) under the guard with FedAvg (the defaults) and
+  under fedsv's robust rules without the guard (median, trimmed mean cutting a third at each end,
+  Krum and Multi-Krum with f = 0 of 3 selected and 3 of 10): each attack's final accuracy less that of
+  the defaults' run whose colluders send nothing.
 - calibration: the calibration benchmark's federations (benchmarks/federations.py: honest members and
   members with damaged data), valued, with the trusted step and without it (`update_trusted_step`):
   final accuracy, updates it turned away (honest members', damaged members'), the honest members'
@@ -242,6 +247,41 @@ def honest_runs(seeds: list[int], rounds: int, draw: str) -> None:
     print_table(header, rows)
 
 
+ROBUST: dict[str, dict[str, Any]] = {
+    "median": {"aggregation": "median"},
+    "trimmed mean": {"aggregation": "trimmed_mean", "aggregation_trim": 0.34},
+    "Krum": {"aggregation": "krum"},
+    "Multi-Krum": {"aggregation": "multi_krum"},
+}
+"""fedsv's robust rules (Flower's definitions), each run without the guard (UNGUARDED)."""
+
+
+def aggregators(seeds: list[int], rounds: int, draw: str) -> None:
+    rows = []
+    for members, fraction, count in COLLUDING_FEDERATIONS:
+        selected = max(1, round(fraction * members))
+        byzantine = 0 if selected < 5 else count - 1  # Krum needs selected >= 2f + 3
+        for seed in seeds:
+            base = settings_of(members, fraction, rounds, seed, "noniid", draw)
+            ranks = f"1-{count}"
+            withheld, _ = final_accuracy({**base, "corrupt": f"{ranks}=scale:0"})
+            rules: dict[str, dict[str, Any]] = {"guard + FedAvg": {}} | {
+                name: {**UNGUARDED, **rule, "aggregation_byzantine": byzantine}
+                for name, rule in ROBUST.items()
+            }
+            cells = []
+            for attack in COLLUDING.values():
+                for rule in rules.values():
+                    accuracy, _ = final_accuracy({**base, **rule, "corrupt": f"{ranks}={attack}"})
+                    cells.append(f"{accuracy - withheld:+.3f}")
+            rows.append([f"{count} of {members}", str(selected), str(seed), f"{withheld:.3f}", *cells])
+            print(" ".join(rows[-1]), flush=True)
+    names = ["guard + FedAvg", *ROBUST]
+    print_table(
+        ["colluders", "selected", "seed", "without", *(f"{a}: {r}" for a in COLLUDING for r in names)], rows
+    )
+
+
 def _shares(result: Any) -> dict[str, float]:
     totals = result.valuation.totals()
     ids = sorted(totals["fedsv"])
@@ -298,6 +338,7 @@ def main() -> None:
     print(f"machine: {machine()}\n")
     parts = {"single": single, "riders": riders, "colluders": colluders, "honest": honest_runs}
     parts["calibration"] = calibration
+    parts["aggregators"] = aggregators
     for part in args.part:
         print(f"\n## {part}\n")
         parts[part](args.seeds, args.rounds, args.draw)
