@@ -247,6 +247,7 @@ def render_page(report: dict[str, Any]) -> str:
             {
                 "participant": row["participant"],
                 "valued": row.get("valued", True),
+                "forfeited": row.get("rounds_identical", 0),  # payout.FORFEIT: paid nothing
                 "group": row.get("group"),
                 "owner_size": len(row.get("owner") or [row["participant"]]),
                 **{key: row.get(key) for key in VALUES},
@@ -322,9 +323,11 @@ function payout() {
   const negative = document.getElementById('negative').value;
   const rule = document.getElementById('rule').value;
   const ranked = PAYOUT.rows;
-  const rows = ranked.filter(r => r.valued);  // a member never selected has no value: held out
+  const valued = ranked.filter(r => r.valued);  // a member never selected has no value: held out
   const missing = ranked.filter(r => !r.valued);
-  const pot = ranked.length ? amount * rows.length / ranked.length : 0;
+  const pot = ranked.length ? amount * valued.length / ranked.length : 0;
+  const rows = valued.filter(r => !r.forfeited);  // sent another member's very update: paid nothing
+  const forfeited = valued.filter(r => r.forfeited);
   const by = (name) => {
     let values = rows.map(r => r[name] === null ? 0 : r[name]);
     if (rule === 'groups') {  // members that cannot be told apart: paid by their group's mean over owners
@@ -377,6 +380,14 @@ function payout() {
     tr.insertCell().textContent = (100 * shares[i]).toFixed(2) + '%';
     const cell = tr.insertCell(); cell.className = 'amount'; cell.textContent = fmt(shares[i] * pot);
     tr.insertCell().textContent = range;
+  });
+  forfeited.forEach(r => {
+    const tr = member(r);
+    tr.insertCell().textContent = r[used] === null ? '?' : r[used].toFixed(5);
+    tr.insertCell().textContent = '0.00%';
+    const cell = tr.insertCell(); cell.className = 'amount'; cell.textContent = fmt(0);
+    tr.insertCell().textContent = 'paid nothing: in ' + r.forfeited + ' round(s) it sent the very update '
+      + 'another member sent';
   });
   missing.forEach(r => {
     const tr = member(r);

@@ -153,3 +153,20 @@ def test_the_pages_payout_falls_back_to_fedsv_as_fedsv_payout_does(tmp_path: Pat
     shown = dict(re.findall(r'data-participant="([^"]+)".*?class="amount">([^<]+)<', dom))
     assert shown == {row.participant: f"{row.amount:,.2f}" for row in payout_of(report, 900.0)}
     assert shown["p000"] == "675.00" and "pays nobody (no value above 0) though the model improved" in dom
+
+
+def test_the_pages_payout_pays_a_member_that_sent_anothers_very_update_nothing(tmp_path: Path) -> None:
+    """A member the guard turned away as `identical_update` in one round: the page pays it nothing and
+    the others the whole budget, as `fedsv payout` does, and says why."""
+    chromium = need_tool("chromium", "apt-get install chromium")
+    directory = one_round_run(tmp_path / "run", 3, [0.03, 0.01, 0.02])
+    report = build_report(directory)
+    report["rounds"][0]["absent"] = {"p002": "identical_update"}
+    page = tmp_path / "report.html"
+    page.write_text(render_page(report))
+    dom, log = _browse(page, chromium, settings="#amount=800&value=fedsv")
+    assert 'data-rendered="yes"' in dom and not _script_errors(log), log[-3000:]
+    shown = dict(re.findall(r'data-participant="([^"]+)".*?class="amount">([^<]+)<', dom))
+    paid = {row.participant: f"{row.amount:,.2f}" for row in payout_of(report, 800.0, "fedsv")}
+    assert shown == paid and paid == {"p000": "600.00", "p001": "200.00", "p002": "0.00"}, shown
+    assert "paid nothing: in 1 round(s) it sent the very update another member sent" in dom
