@@ -23,7 +23,7 @@ from fedsv.fl.evaluation import EvalSet
 from fedsv.fl.referee import ValidationReferee
 from fedsv.fl.selection import train_seed
 from fedsv.fl.state import apply_delta, params_of
-from fedsv.fl.trusted_step import against_step, step_cosines, threshold
+from fedsv.fl.trusted_step import TrustedStep, against_step, step_cosines, threshold
 from fedsv.fl.update_bounds import NormBound
 from fedsv.fl.update_guard import GuardMemory, GuardSettings, guard_updates
 from fedsv.fl.updates import ClientUpdate
@@ -50,16 +50,16 @@ def _negate(delta: Mapping[str, Tensor]) -> Delta:
 
 
 @cache
-def _rounds() -> list[tuple[dict[str, Delta], Delta]]:
+def _rounds() -> list[tuple[dict[str, Delta], Delta, Delta]]:
     """Three FedAvg rounds of the embedded MNIST, two classes per member (five honest members, a sixth
     holding 30 images of one class), plus a sign flip of member 0's data and two colluders' inner-product
-    manipulation of members 1 and 2's; per round every delta and the trusted step."""
+    manipulation of members 1 and 2's; per round every delta, the trusted step and w_t."""
     x, y, validation = _data()
     shards = partition_indices(y, 6, "noniid", 0)
     one_class = np.flatnonzero(y == y[shards[5][0]])[:30]
     model = build_model("mlp", (1, 28, 28), seed=0)
     params = params_of(model)
-    out: list[tuple[dict[str, Delta], Delta]] = []
+    out: list[tuple[dict[str, Delta], Delta, Delta]] = []
     for t in range(3):
         deltas = {
             p: local_update(model, params, x[s], y[s], TRAIN, seed=100 * t + i)
@@ -69,7 +69,7 @@ def _rounds() -> list[tuple[dict[str, Delta], Delta]]:
         deltas["flip"] = _negate(deltas["p000"])
         deltas["ipm"] = colluded_update("ipm", 2.0, [deltas["p001"], deltas["p002"]])
         step = local_update(model, params, validation.x, validation.y, TRAIN, seed=7 + t)
-        out.append((deltas, step))
+        out.append((deltas, step, params))
         honest = [deltas[p] for p in [*HONEST, ONE_CLASS]]
         params = apply_delta(params, {k: torch.stack([d[k] for d in honest]).mean(0) for k in honest[0]})
     return out
@@ -81,7 +81,7 @@ def _updates(deltas: Mapping[str, Delta], *names: str) -> list[ClientUpdate]:
 
 @pytest.mark.parametrize("t", range(3))
 def test_sign_flips_and_inner_product_manipulation_are_turned_away_and_honest_members_kept(t: int) -> None:
-    deltas, step = _rounds()[t]
+    deltas, step, _ = _rounds()[t]
     round_ = _updates(deltas, *HONEST, ONE_CLASS, "flip", "ipm")
     cosines = step_cosines(round_, step)
     assert min(cosines[p] for p in [*HONEST, ONE_CLASS]) > 0, cosines  # honest: along the step
@@ -90,12 +90,12 @@ def test_sign_flips_and_inner_product_manipulation_are_turned_away_and_honest_me
 
 def test_colluders_that_are_the_majority_of_a_round_are_turned_away() -> None:
     """Two colluders and one honest member: no rule over the round's updates alone tells them apart."""
-    deltas, step = _rounds()[1]
+    deltas, step, _ = _rounds()[1]
     assert set(against_step(_updates(deltas, "flip", "ipm", "p003"), step)) == {"flip", "ipm"}
 
 
 def test_a_round_the_validation_set_disagrees_with_entirely_is_left_alone() -> None:
-    deltas, step = _rounds()[0]
+    deltas, step, _ = _rounds()[0]
     assert against_step(_updates(deltas, "flip", "ipm"), step) == {}
     assert against_step(_updates(deltas, *HONEST), _negate(step)) == {}
 
@@ -112,7 +112,7 @@ def test_the_threshold_is_a_random_directions_reach_in_a_small_model() -> None:
 
 
 def test_the_guard_turns_them_away_first_and_values_their_effect() -> None:
-    deltas, step = _rounds()[1]
+    deltas, step, _ = _rounds()[1]
     validation = _data()[2]
     model = build_model("mlp", (1, 28, 28), seed=0)
     updates = _updates(deltas, *HONEST[:3], "flip", "ipm")
@@ -155,3 +155,26 @@ def test_the_validation_step_trains_the_validation_set_as_a_member_trains_once(
     for name, t in first.items():
         torch.testing.assert_close(t, expected[name].to(torch.float64))
     assert step() is first and len(calls) == 2  # the step trained once, however often the guard asks
+
+
+def test_the_whole_guard_keeps_the_honest_one_class_member_round_after_round() -> None:
+    """The full guard (its reputation included) over the three rounds: the 30-image one-class member and
+    the two-class members are never turned away nor quarantined; the flip and IPM always are."""
+    memory, validation = GuardMemory(), _data()[2]
+    model = build_model("mlp", (1, 28, 28), seed=0)
+    for deltas, step, params in _rounds():
+        round_ = _updates(deltas, *HONEST, ONE_CLASS, "flip", "ipm")
+        referee = ValidationReferee(model, params, validation)
+        guarded = guard_updates(
+            round_, NormBound(), GuardSettings(), memory, [150] * 8, referee, params, trusted=_fixed(step)
+        )
+        assert [u.participant for u in guarded.updates] == [*HONEST, ONE_CLASS], guarded
+        assert set(guarded.reputation.quarantined) <= {"flip", "ipm"} and set(guarded.against) <= {
+            "flip",
+            "ipm",
+        }
+        assert set(guarded.against) | set(guarded.held) == {"flip", "ipm"}  # turned away, or held
+
+
+def _fixed(step: Delta) -> TrustedStep:
+    return lambda: step
