@@ -6,9 +6,9 @@ direction in which the coordinator's own data move the model: on the embedded MN
 that step is -0.015 at the lowest in IID and 0.02 with two classes each. A sign-flipped update or
 inner-product manipulation (minus a multiple of the honest mean) points against it (-0.09 at the
 highest), also where colluders are the majority of a round, where no rule over the round's updates
-alone can tell them apart. The step costs
-the coordinator one local training per round on its validation set and no message: the updates it
-judges are those it received.
+alone can tell them apart. The step costs the coordinator one local training per round on its
+validation set (none in a round of one update, which it never turns away) and no message: the updates
+it judges are those it received.
 """
 
 from __future__ import annotations

@@ -209,7 +209,8 @@ def guard_updates(
     if norm_rule.policy == "clip-or-reject" and bounded.clipped:
         bounded = keep_clipped(bounded, clippable(bounded, weighted, federation_counts, referee))
     against: dict[str, float] = {}
-    if settings.trusted_step and trusted is not None:  # first: the rules below learn from the rest
+    if settings.trusted_step and trusted is not None and len(bounded.updates) > 1:  # a lone one is kept
+        # first: the rules below learn from the rest
         against = against_step(bounded.updates, trusted())
         bounded = replace(bounded, updates=[u for u in bounded.updates if u.participant not in against])
     turned_away: dict[str, float] = {}

@@ -178,3 +178,23 @@ def test_the_whole_guard_keeps_the_honest_one_class_member_round_after_round() -
 
 def _fixed(step: Delta) -> TrustedStep:
     return lambda: step
+
+
+def test_a_round_of_one_update_trains_no_step() -> None:
+    """A lone update is never turned away, so the coordinator spends no training on its round."""
+    deltas, _, params = _rounds()[0]
+    referee = ValidationReferee(build_model("mlp", (1, 28, 28), seed=0), params, _data()[2])
+
+    def untrainable() -> Delta:
+        raise AssertionError("the step was trained for a round of one update")
+
+    guarded = guard_updates(
+        _updates(deltas, "flip"),
+        NormBound(),
+        GuardSettings(),
+        GuardMemory(),
+        [150],
+        referee,
+        trusted=untrainable,
+    )
+    assert [u.participant for u in guarded.updates] == ["flip"]
